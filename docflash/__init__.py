@@ -1,0 +1,1 @@
+"""docflash: batch processing of long documents on GPUs."""
