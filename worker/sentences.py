@@ -1,0 +1,94 @@
+"""A rule-based sentence splitter that keeps character offsets.
+
+Paragraphs (blank lines), headings, list items and table rows are separate blocks; inside a block a sentence
+ends at `.`, `!`, `?` or `…` (plus closing quotes/brackets) followed by space and a character that can start a
+sentence, unless the period ends a known abbreviation or an initial.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Abbreviations after which a period rarely ends the sentence (lower case, without the final period).
+ABBREVIATIONS = frozenset(
+    """mr mrs ms dr prof sr jr st mt rev gen col lt sgt capt gov sen rep pres messrs
+    e.g i.e cf vs viz al approx ca fig figs eq eqs ref refs no nos vol vols pp ch chap sec sect art
+    dept univ inc ltd corp co est jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k e.u ph.d""".split()
+)
+
+_BLOCK = re.compile(r"\S.*?(?=\n[ \t]*\n|\Z)", re.S)
+_LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+•][ \t]+|\d{1,3}[.)][ \t]+|>[ \t]*)")
+_TABLE_ROW = re.compile(r"^\s*\||\s\|\s")
+_END = re.compile(r"(?:[.!?]+|…)[\"'”’)\]]*(?=\s)")
+_WORD_BEFORE = re.compile(r"([^\s(\[\"'“‘]+)$")
+_SENTENCE_START = re.compile(r"[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ]")
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: `text[start:end]` of the source, and `text` with its whitespace collapsed."""
+
+    start: int
+    end: int
+    text: str
+
+
+def split_sentences(text: str) -> list[Sentence]:
+    """Split `text` into sentences, in order, with their character offsets in `text`."""
+    sentences: list[Sentence] = []
+    for block_start, block_end in _blocks(text):
+        start = block_start
+        for match in _END.finditer(text, block_start, block_end):
+            if _ends_sentence(text, match, block_end):
+                sentences.extend(_sentence(text, start, match.end()))
+                start = match.end()
+        sentences.extend(_sentence(text, start, block_end))
+    return sentences
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Spans of paragraphs, cut further before each heading, list item or table row line and after headings."""
+    spans = []
+    for paragraph in _BLOCK.finditer(text):
+        start = paragraph.start()
+        offset = start
+        for line in paragraph.group().split("\n"):
+            line_start, line_end = offset, offset + len(line)
+            offset = line_end + 1
+            marker = _LINE_MARKER.match(line)
+            separate = marker is not None or _TABLE_ROW.search(line) is not None
+            if separate and line_start > start:
+                spans.append((start, line_start - 1))
+                start = line_start
+            if marker is not None:
+                start = line_start + marker.end()
+            if separate or line.lstrip().startswith("#"):
+                spans.append((start, line_end))
+                start = line_end + 1
+        if start < paragraph.end():
+            spans.append((start, paragraph.end()))
+    return spans
+
+
+def _ends_sentence(text: str, match: re.Match, block_end: int) -> bool:
+    following = text[match.end():block_end].lstrip()
+    if not following:
+        return True
+    if not _SENTENCE_START.match(following):
+        return False
+    if match.group().startswith(".") and len(match.group().rstrip("\"'”’)]")) == 1:
+        word = _WORD_BEFORE.search(text, 0, match.start())
+        if word:
+            token = word.group(1)
+            if token.lower() in ABBREVIATIONS or (len(token) == 1 and token.isupper()):
+                return False
+    return True
+
+
+def _sentence(text: str, start: int, end: int) -> list[Sentence]:
+    span = text[start:end]
+    stripped = span.strip()
+    if not stripped:
+        return []
+    start += len(span) - len(span.lstrip())
+    return [Sentence(start, start + len(stripped), " ".join(stripped.split()))]
