@@ -1,0 +1,184 @@
+"""Turning a job request's documents into document references (what the worker reads, by id) and packing them
+into GPU passes under a token budget. Texts are never queued: inline texts are stored under the job's `inputs/`."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from urllib.parse import quote
+
+from core.documents import JSONL_SUFFIX, SUPPORTED_SUFFIXES, DocumentError, parse_jsonl
+from core.jobs import JobRequest
+from core.storage import Storage, join_uri
+
+CHARS_PER_TOKEN = 4
+
+
+class InvalidJobError(ValueError):
+    """Bad input that only shows when the job is submitted; `field` names the request field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class DocRef:
+    """Where one document of a job comes from.
+
+    kind "object": a file at `uri` (inline texts are stored as such under the job's inputs/);
+    kind "jsonl": entry number `entry` (0-based, blank lines skipped) of the JSONL object at `uri`;
+    `error` set: the document is already known to be bad and only gets its error line.
+    """
+
+    index: int
+    id: str
+    kind: str
+    uri: str
+    name: str
+    tokens: int
+    entry: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DocRef:
+        """The inverse of `to_dict`."""
+        return cls(**data)
+
+
+def storage_name(doc_id: str) -> str:
+    """A document id as one safe path segment (percent-encoded), used for docs/ and inputs/ keys."""
+    return quote(doc_id, safe="-_.~")
+
+
+def estimate_tokens(size: int) -> int:
+    """A cheap token estimate from a size in characters or bytes."""
+    return max(1, size // CHARS_PER_TOKEN)
+
+
+def is_document_name(name: str) -> bool:
+    """Whether `name`'s suffix is a document type the worker reads (or a JSONL batch)."""
+    suffix = PurePosixPath(name).suffix.lower()
+    return suffix in SUPPORTED_SUFFIXES or suffix == JSONL_SUFFIX
+
+
+def refs_from_request(
+    request: JobRequest,
+    job_uri: str,
+    storage: Storage,
+    *,
+    max_documents: int,
+    max_document_bytes: int,
+    max_jsonl_bytes: int,
+) -> tuple[list[DocRef], dict[str, bytes]]:
+    """The document references of `request` and the inline texts to store (input URI -> bytes).
+
+    Raises InvalidJobError naming the field for input that cannot become a job.
+    """
+    if request.documents is not None:
+        refs, inline = _refs_from_documents(request, job_uri, max_document_bytes)
+        field = "documents"
+    else:
+        refs, inline = _refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes), {}
+        field = "input_uri"
+    if len(refs) > max_documents:
+        raise InvalidJobError(field, f"{len(refs)} documents is over the limit of {max_documents} per job")
+    return refs, inline
+
+
+def _refs_from_documents(
+    request: JobRequest, job_uri: str, max_document_bytes: int
+) -> tuple[list[DocRef], dict[str, bytes]]:
+    refs: list[DocRef] = []
+    inline: dict[str, bytes] = {}
+    seen: dict[str, int] = {}
+    for index, document in enumerate(request.documents or []):
+        if document.text is not None:
+            doc_id = document.id or f"doc-{index}"
+            data = document.text.encode("utf-8")
+            if len(data) > max_document_bytes:
+                raise InvalidJobError(
+                    f"documents[{index}].text", f"{len(data)} bytes is over the limit of {max_document_bytes}"
+                )
+            uri = join_uri(job_uri, "inputs", storage_name(doc_id) + ".txt")
+            inline[uri] = data
+            ref = DocRef(index, doc_id, "object", uri, f"{doc_id}.txt", estimate_tokens(len(document.text)))
+        else:
+            name = PurePosixPath(document.uri or "").name
+            doc_id = document.id or name
+            ref = DocRef(index, doc_id, "object", document.uri or "", name, estimate_tokens(max_document_bytes))
+        if doc_id in seen:
+            raise InvalidJobError(
+                f"documents[{index}].id", f"{doc_id!r} repeats documents[{seen[doc_id]}]; give each document an id"
+            )
+        seen[doc_id] = index
+        refs.append(ref)
+    return refs, inline
+
+
+def _refs_from_prefix(
+    input_uri: str, storage: Storage, max_jsonl_bytes: int, max_document_bytes: int
+) -> list[DocRef]:
+    """One ref per supported object under `input_uri`, one per entry of each JSONL object."""
+    try:
+        objects = [info for info in storage.list(input_uri) if is_document_name(info.relative_key or info.uri)]
+    except Exception as exc:
+        raise InvalidJobError("input_uri", f"cannot list {input_uri}: {exc}") from exc
+    if not objects:
+        raise InvalidJobError("input_uri", f"no documents ({', '.join(SUPPORTED_SUFFIXES)}, .jsonl) at {input_uri}")
+    refs: list[DocRef] = []
+    seen: set[str] = set()
+    for info in objects:
+        key = info.relative_key or PurePosixPath(info.uri).name
+        if not key.lower().endswith(JSONL_SUFFIX):
+            refs.append(DocRef(len(refs), _unique(key, seen), "object", info.uri, key, estimate_tokens(info.size)))
+            continue
+        if info.size > max_jsonl_bytes:
+            raise InvalidJobError("input_uri", f"{info.uri} is {info.size} bytes, over the limit of {max_jsonl_bytes}")
+        entries = parse_jsonl(storage.get(info.uri), max_document_bytes)
+        refs.extend(_jsonl_refs(info.uri, key, entries, seen, first_index=len(refs)))
+    return refs
+
+
+def _jsonl_refs(
+    uri: str, key: str, entries: list[tuple[str, str] | DocumentError], seen: set[str], first_index: int
+) -> Iterable[DocRef]:
+    for entry, parsed in enumerate(entries):
+        index = first_index + entry
+        if isinstance(parsed, DocumentError):
+            doc_id = _unique(parsed.doc_id or f"{key}#{entry + 1}", seen)
+            yield DocRef(index, doc_id, "jsonl", uri, key, 1, entry, error=f"{key}: {parsed}")
+        else:
+            doc_id, text = parsed
+            yield DocRef(index, _unique(doc_id, seen), "jsonl", uri, key, estimate_tokens(len(text)), entry)
+
+
+def _unique(doc_id: str, seen: set[str]) -> str:
+    candidate, n = doc_id, 1
+    while candidate in seen:
+        n += 1
+        candidate = f"{doc_id}~{n}"
+    seen.add(candidate)
+    return candidate
+
+
+def pack(refs: list[DocRef], token_budget: int, max_documents: int) -> list[list[DocRef]]:
+    """Consecutive refs grouped so each group's estimated tokens stay within `token_budget` (a document over
+    the budget gets a group of its own) and no group has more than `max_documents`."""
+    groups: list[list[DocRef]] = []
+    current: list[DocRef] = []
+    tokens = 0
+    for ref in refs:
+        if current and (tokens + ref.tokens > token_budget or len(current) >= max_documents):
+            groups.append(current)
+            current, tokens = [], 0
+        current.append(ref)
+        tokens += ref.tokens
+    if current:
+        groups.append(current)
+    return groups
