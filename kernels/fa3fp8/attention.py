@@ -1,0 +1,192 @@
+"""Triton forward attention for Hopper (FlashAttention-3 style), BF16/FP16 and FP8 e4m3, packed sequences.
+
+One program computes one (tile of BLOCK_M queries, sequence, head): Q, K and V tiles come in through TMA tensor
+descriptors made on the device, QKᵀ and PV run on wgmma through `tl.dot`, the softmax is online (FlashAttention-2
+rescaling, in base 2). Dense batches are packed sequences of equal length.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import configs, env
+from .quantize import to_e4m3
+from .reference import P_SHIFT
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attn_tiles(
+    acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, lo, hi,
+    offs_m, offs_n, seqlen_k, diag,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, WARP_SPEC: tl.constexpr, ROUND_FIRST: tl.constexpr,
+):
+    for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        k = desc_k.load([k_start + n0, hk * D])
+        s = tl.dot(q, k.T)
+        scale = qk_scale
+        if IS_FP8:
+            scale = scale * tl.load(KS + kblk + n0 // BLOCK_N)
+        if MASKED:
+            # diagonal band / ragged end: key j is visible to query i when j < seqlen_k and j <= i + diag
+            cols = n0 + offs_n
+            visible = cols[None, :] < seqlen_k
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + diag)
+            s = tl.where(visible, s * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - (m_use[:, None] - P_SHIFT))
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
+            m_use = m_new
+            p = tl.math.exp2(s * scale - (m_use[:, None] - P_SHIFT))
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IS_FP8:
+            # acc is kept in units of the current V tile's scale: acc_true = acc * vs
+            vs = tl.load(VS + kblk + n0 // BLOCK_N)
+            acc = acc * (alpha * (vs_prev / vs))[:, None]
+            vs_prev = vs
+            v = desc_v.load([hk * D, vcol + n0]).T
+            acc = tl.dot(to_e4m3(p, ROUND_FIRST), v, acc)
+        else:
+            acc = acc * alpha[:, None]
+            v = desc_v.load([k_start + n0, hk * D])
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i, vs_prev
+
+
+@triton.jit
+def _attn_fwd(
+    Q, K, V, O, LSE, QS, KS, VS, CU_Q, CU_K, CU_BQ, CU_BK,
+    qk_scale, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
+    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WARP_SPEC: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // (H // HKV)
+    q_start = tl.load(CU_Q + b)
+    seqlen_q = tl.load(CU_Q + b + 1) - q_start
+    k_start = tl.load(CU_K + b)
+    seqlen_k = tl.load(CU_K + b + 1) - k_start
+    if CAUSAL:
+        m_blk = tl.num_programs(0) - 1 - pid_m  # longest rows first: better tail balance
+    else:
+        m_blk = pid_m
+    m0 = m_blk * BLOCK_M
+    if m0 < seqlen_q:
+        if IS_FP8:
+            desc_v = tl.make_tensor_descriptor(V, shape=[HKV * D, v_cols], strides=[v_cols, 1], block_shape=[D, BLOCK_N])
+        else:
+            desc_v = tl.make_tensor_descriptor(V, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
+        desc_q = tl.make_tensor_descriptor(Q, shape=[total_q, H * D], strides=[H * D, 1], block_shape=[BLOCK_M, D])
+        desc_k = tl.make_tensor_descriptor(K, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
+        q = desc_q.load([q_start + m0, h * D])
+        kblk = 0  # this sequence's first K/V tile: scale index, and V column / BLOCK_N
+        vcol = 0
+        if IS_FP8:
+            qk_scale = qk_scale * tl.load(QS + h * n_blocks_q + tl.load(CU_BQ + b) + m_blk)
+            vcol = tl.load(CU_BK + b) * BLOCK_N
+            kblk = hk * n_blocks_k + tl.load(CU_BK + b)
+
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        diag = seqlen_k - seqlen_q  # bottom-right causal alignment
+        if CAUSAL:
+            hi = tl.maximum(tl.minimum(seqlen_k, m0 + BLOCK_M + diag), 0)
+            n_full = tl.maximum(tl.minimum(seqlen_k, m0 + 1 + diag), 0) // BLOCK_N * BLOCK_N
+        else:
+            hi = seqlen_k
+            n_full = seqlen_k // BLOCK_N * BLOCK_N
+
+        acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        vs_prev = tl.full([], 1.0, tl.float32)
+        # off-band: tiles every row of this block sees entirely
+        acc, l_i, m_i, vs_prev = _attn_tiles(
+            acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, 0, n_full,
+            offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, False, CAUSAL, IS_FP8, P_SHIFT, WARP_SPEC, ROUND_FIRST,
+        )
+        # diagonal band and ragged end
+        acc, l_i, m_i, vs_prev = _attn_tiles(
+            acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, n_full, hi,
+            offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, True, CAUSAL, IS_FP8, P_SHIFT, False, ROUND_FIRST,
+        )
+
+        # epilogue: normalize; fully masked rows (l = 0) give zeros and lse = -inf
+        if IS_FP8:
+            acc = acc * vs_prev
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        out = acc / l_safe[:, None]
+        lse = (m_i - P_SHIFT + tl.math.log2(l_i)) * 0.6931471805599453
+        offs_d = tl.arange(0, D)
+        row_ok = offs_m < seqlen_q
+        o_ptrs = O + (q_start + offs_m)[:, None] * (H * D) + h * D + offs_d[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(LSE + h * total_q + q_start + offs_m, lse, mask=row_ok)
+
+
+def _prune(configs_, named_args, **kwargs):
+    return configs.prune(configs_, {**named_args, **kwargs})
+
+
+_attn_fwd_tuned = triton.autotune(
+    configs=configs.CONFIGS,
+    key=["D", "CAUSAL", "IS_FP8", "seq_bucket"],
+    prune_configs_by={"early_config_prune": _prune},
+)(_attn_fwd)
+
+
+def _alloc(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def seq_bucket(max_seqlen: int) -> int:
+    """Autotune bucket of the query length: 1K, 4K, 16K and longer."""
+    return min(4 ** max(0, math.ceil(math.log(max(max_seqlen, 1) / 1024, 4))), 16)
+
+
+def attention_fwd(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
+    q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None,
+):
+    """Launch the forward kernel on packed tensors. BF16/FP16: q (Tq, H, D), k/v (Tk, Hkv, D). FP8 (when scales
+    are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N). Returns out (Tq, H, D) and lse (H, Tq) fp32."""
+    total_q, heads, d = q.shape
+    total_k, kv_heads, _ = k.shape
+    batch = cu_seqlens_q.shape[0] - 1
+    is_fp8 = q_scale is not None
+    out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
+    lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
+    if total_q == 0 or batch == 0:
+        return out, lse
+    if is_fp8:
+        scales = (q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k)
+        v_cols, n_blocks_q, n_blocks_k = v.shape[-1], q_scale.shape[-1], k_scale.shape[-1]
+    else:
+        scales = (cu_seqlens_q,) * 5  # the FP8-only pointers are never read
+        v_cols, n_blocks_q, n_blocks_k = 0, 0, 0
+    qs, ks, vs, cbq, cbk = scales
+    args = (q, k, v, out, lse, qs, ks, vs, cu_seqlens_q, cu_seqlens_k, cbq, cbk)
+    scalars = (softmax_scale * LOG2E, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket(max_seqlen_q))
+    consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8, P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
+                  ROUND_FIRST=env.interpreting())
+    if env.interpreting():
+        cfg = configs.interpret_config()
+        grid = (triton.cdiv(max_seqlen_q, cfg.kwargs["BLOCK_M"]), batch * heads)
+        _attn_fwd[grid](*args, *scalars, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    else:
+        triton.set_allocator(_alloc)
+        grid = lambda meta: (triton.cdiv(max_seqlen_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+        _attn_fwd_tuned[grid](*args, *scalars, **consts)
+    return out, lse

@@ -1,0 +1,24 @@
+"""Environment switches of fa3fp8: the one place that reads them (see docs/kernels.md)."""
+
+import os
+
+BACKENDS = ("auto", "triton", "reference")
+
+
+def backend() -> str:
+    """`FA3FP8_BACKEND`: `auto` (Triton on Hopper or under TRITON_INTERPRET=1, else the PyTorch reference),
+    `triton` (always the kernels) or `reference` (always the pure-PyTorch path)."""
+    value = os.environ.get("FA3FP8_BACKEND", "auto").strip().lower()
+    if value not in BACKENDS:
+        raise ValueError(f"FA3FP8_BACKEND must be one of {BACKENDS}, got {value!r}")
+    return value
+
+
+def autotune() -> bool:
+    """`FA3FP8_AUTOTUNE`: `1` (default) times the pruned configs once per key; `0` takes the first one."""
+    return os.environ.get("FA3FP8_AUTOTUNE", "1").strip() not in ("0", "false", "no")
+
+
+def interpreting() -> bool:
+    """True when Triton runs its CPU interpreter (`TRITON_INTERPRET=1`)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip() == "1"

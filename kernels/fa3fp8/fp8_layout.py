@@ -1,0 +1,48 @@
+"""The quantized Q/K/V bundle that the FP8 kernel reads, and its per-block scale bookkeeping."""
+
+from dataclasses import dataclass
+
+import torch
+
+E4M3_MAX = 448.0
+
+
+def block_offsets(cu_seqlens: torch.Tensor, total: int, block: int) -> tuple[torch.Tensor, int]:
+    """Cumulative count of `block`-row tiles per sequence (int32, length batch+1) and an upper bound of the total.
+
+    Computed on the device without a host sync; the bound is ceil(total / block) + batch.
+    """
+    lens = cu_seqlens[1:] - cu_seqlens[:-1]
+    offsets = torch.zeros_like(cu_seqlens)
+    offsets[1:] = torch.cumsum((lens + block - 1) // block, 0)
+    return offsets.to(torch.int32), -(-total // block) + cu_seqlens.shape[0] - 1
+
+
+@dataclass
+class QuantizedQKV:
+    """FP8 (e4m3) Q, K, V with one fp32 scale per (head, tile of rows), ready for `flash_attn_fp8_func`.
+
+    q8 `(total_q, heads, d)`, k8 `(total_k, kv_heads, d)`, q_scale `(heads, n_blocks_q)`, k_scale / v_scale
+    `(kv_heads, n_blocks_k)`; tile t of sequence b has scale index cu_blocks[b] + t. v8t `(kv_heads, d,
+    n_blocks_k * block_n)` is V transposed (K-major for the PV product), tile by tile: tile t of sequence b fills
+    columns (cu_blocks_k[b] + t) * block_n onwards, zero-padded, so every tile starts 16-byte aligned for TMA.
+    `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input.
+    """
+
+    q8: torch.Tensor
+    k8: torch.Tensor
+    v8t: torch.Tensor
+    q_scale: torch.Tensor
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    cu_blocks_q: torch.Tensor
+    cu_blocks_k: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    block_m: int
+    block_n: int
+    hadamard: bool
+    out_dtype: torch.dtype
+    batch_shape: tuple[int, int] | None

@@ -1,0 +1,301 @@
+"""Public attention functions: input validation, torch.library custom ops (with fake kernels for
+torch.compile) and the choice between the Triton kernels and the PyTorch reference."""
+
+import torch
+
+from . import env
+from .configs import fp8_blocks
+from .fp8_layout import QuantizedQKV, block_offsets
+from .reference import attention_fp8_reference, attention_varlen_reference, quantize_reference
+
+HEAD_DIMS = (64, 128, 256)
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    choice = env.backend()
+    if choice != "auto":
+        return choice == "triton"
+    if env.interpreting():
+        return True
+    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
+
+
+# ---------------------------------------------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("fa3fp8::attn_varlen", mutates_args=())
+def _attn_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if _use_triton(q):
+        from .attention import attention_fwd
+
+        return attention_fwd(
+            q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+            softmax_scale, causal,
+        )
+    out, lse = attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal)
+    return out.to(q.dtype), lse.to(torch.float32)
+
+
+@_attn_varlen.register_fake
+def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("fa3fp8::quantize_blocks", mutates_args=())
+def _quantize_blocks(
+    x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, block: int, hadamard: bool, transpose: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if _use_triton(x):
+        from .quantize import quantize_blocks
+
+        return quantize_blocks(x.contiguous(), cu_seqlens, max_seqlen, block, hadamard, transpose)
+    data, scale = quantize_reference(x, cu_seqlens, block, hadamard, transpose)
+    return data, scale, block_offsets(cu_seqlens, x.shape[0], block)[0]
+
+
+@_quantize_blocks.register_fake
+def _quantize_blocks_fake(x, cu_seqlens, max_seqlen, block, hadamard, transpose):
+    total, heads, d = x.shape
+    n_blocks = -(-total // block) + cu_seqlens.shape[0] - 1
+    shape = (heads, d, n_blocks * block) if transpose else (total, heads, d)
+    return (
+        x.new_empty(shape, dtype=torch.float8_e4m3fn),
+        x.new_empty((heads, n_blocks), dtype=torch.float32),
+        torch.empty_like(cu_seqlens),
+    )
+
+
+@torch.library.custom_op("fa3fp8::attn_fp8", mutates_args=())
+def _attn_fp8(
+    q8: torch.Tensor, k8: torch.Tensor, v8t: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
+    v_scale: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, cu_blocks_q: torch.Tensor,
+    cu_blocks_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int,
+    softmax_scale: float, causal: bool, out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if _use_triton(q8):
+        from .attention import attention_fwd
+
+        return attention_fwd(
+            q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
+            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype,
+        )
+    qkv = QuantizedQKV(
+        q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, True, out_dtype, None,
+    )
+    out, lse = attention_fp8_reference(qkv, softmax_scale, causal)
+    return out.to(out_dtype), lse.to(torch.float32)
+
+
+@_attn_fp8.register_fake
+def _attn_fp8_fake(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
+    return q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((q8.shape[1], q8.shape[0]), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def _check_qkv(q, k, v, packed: bool) -> None:
+    layout = "(total, heads, d)" if packed else "(batch, seqlen, heads, d)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != len(layout.split(",")):
+            raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    d = q.shape[-1]
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")
+    if k.shape != v.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k.shape[-1] != d:
+        raise ValueError(f"k head dim must equal q's ({d}), got {k.shape[-1]}")
+    heads, kv_heads = q.shape[-2], k.shape[-2]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads (k.shape[-2] = {kv_heads}) must divide heads (q.shape[-2] = {heads})")
+    if not packed and k.shape[0] != q.shape[0]:
+        raise ValueError(f"k batch {k.shape[0]} must equal q batch {q.shape[0]}")
+
+
+def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, device) -> None:
+    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype != torch.int32:
+            raise ValueError(f"{name} must be a 1-D int32 tensor")
+        if cu.device != device:
+            raise ValueError(f"{name} must be on q's device {device}, got {cu.device}")
+        if cu.shape[0] < 2:
+            raise ValueError(f"{name} must hold batch + 1 >= 2 offsets, got {cu.shape[0]}")
+    if cu_q.shape != cu_k.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cu_q.shape[0]} and {cu_k.shape[0]}")
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    if torch.compiler.is_compiling():
+        return
+    # one host sync for all data-dependent checks
+    lens_q, lens_k = cu_q.diff(), cu_k.diff()
+    facts = torch.stack([
+        cu_q[0], cu_k[0], (lens_q < 0).any().int(), (lens_k < 0).any().int(),
+        cu_q[-1], cu_k[-1], lens_q.max(), lens_k.max(),
+    ]).tolist()
+    for name, first, bad, last, total, longest, bound in (
+        ("cu_seqlens_q", facts[0], facts[2], facts[4], total_q, facts[6], max_seqlen_q),
+        ("cu_seqlens_k", facts[1], facts[3], facts[5], total_k, facts[7], max_seqlen_k),
+    ):
+        if first != 0 or bad:
+            raise ValueError(f"{name} must start at 0 and be non-decreasing")
+        if last != total:
+            raise ValueError(f"{name}[-1] = {last} must equal the packed length {total}")
+        if longest > bound:
+            raise ValueError(f"max_seqlen for {name} is {bound}, but a sequence has {longest} tokens")
+
+
+def _softmax_scale(softmax_scale, d: int) -> float:
+    if softmax_scale is None:
+        return d**-0.5
+    if not isinstance(softmax_scale, (int, float)) or not softmax_scale > 0:
+        raise ValueError(f"softmax_scale must be a positive float, got {softmax_scale!r}")
+    return float(softmax_scale)
+
+
+def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
+    return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)[: batch + 1]
+
+
+def _hadamard_flag(fp8: bool, hadamard) -> bool:
+    if hadamard is not None and not fp8:
+        raise ValueError("hadamard applies to the FP8 path only: pass fp8=True or leave hadamard=None")
+    return True if hadamard is None else bool(hadamard)
+
+
+# ---------------------------------------------------------------------------------------------- public API
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadamard=None, return_lse=False):
+    """Attention forward, FlashAttention-3 style, on Hopper through Triton (elsewhere the PyTorch reference).
+
+    Args:
+        q: `(batch, seqlen_q, heads, d)`, bfloat16 or float16; d in {64, 128, 256}.
+        k, v: `(batch, seqlen_k, kv_heads, d)`, q's dtype and device; kv_heads divides heads (GQA/MQA).
+        softmax_scale: multiplies QKᵀ; default 1/sqrt(d).
+        causal: mask aligned bottom-right (query i sees keys j <= i + seqlen_k - seqlen_q); rows that see no key
+            give zeros.
+        fp8: quantize Q, K, V to e4m3 inside (per-tile scales) and run the FP8 kernel.
+        hadamard: with fp8, rotate Q and K by a random-sign Hadamard matrix first (default on).
+        return_lse: also return the log-sum-exp of the scaled scores, `(batch, heads, seqlen_q)` fp32.
+
+    Returns:
+        The output `(batch, seqlen_q, heads, d)` in q's dtype, and the LSE when `return_lse`.
+    """
+    _check_qkv(q, k, v, packed=False)
+    batch, seqlen_q, heads, d = q.shape
+    seqlen_k, kv_heads = k.shape[1], k.shape[2]
+    scale = _softmax_scale(softmax_scale, d)
+    use_hadamard = _hadamard_flag(fp8, hadamard)
+    if fp8:
+        return flash_attn_fp8_func(quantize_qkv(q, k, v, hadamard=use_hadamard), causal, scale, return_lse)
+    out, lse = _attn_varlen(
+        q.reshape(batch * seqlen_q, heads, d), k.reshape(batch * seqlen_k, kv_heads, d),
+        v.reshape(batch * seqlen_k, kv_heads, d), _dense_cu_seqlens(batch, seqlen_q, q.device),
+        _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal),
+    )
+    out = out.view(batch, seqlen_q, heads, d)
+    return (out, lse.view(heads, batch, seqlen_q).transpose(0, 1)) if return_lse else out
+
+
+def flash_attn_varlen_func(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None, causal=False,
+    fp8=False, hadamard=None, return_lse=False,
+):
+    """Attention forward over packed sequences.
+
+    Args:
+        q: `(total_q, heads, d)`; k, v: `(total_k, kv_heads, d)`; bfloat16 or float16; d in {64, 128, 256}.
+        cu_seqlens_q, cu_seqlens_k: int32 `(batch + 1,)` offsets of each sequence, starting at 0, non-decreasing,
+            ending at total_q / total_k.
+        max_seqlen_q, max_seqlen_k: the longest sequence lengths (ints, at least the real ones).
+        softmax_scale, causal, fp8, hadamard, return_lse: as in `flash_attn_func`.
+
+    Returns:
+        The output `(total_q, heads, d)` in q's dtype, and with `return_lse` the LSE `(heads, total_q)` fp32.
+    """
+    _check_qkv(q, k, v, packed=True)
+    _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k, q.device)
+    scale = _softmax_scale(softmax_scale, q.shape[-1])
+    use_hadamard = _hadamard_flag(fp8, hadamard)
+    if fp8:
+        qkv = quantize_qkv(
+            q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _checked=True
+        )
+        return flash_attn_fp8_func(qkv, causal, scale, return_lse)
+    out, lse = _attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal))
+    return (out, lse) if return_lse else out
+
+
+def quantize_qkv(
+    q, k, v, hadamard=True, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+    *, _checked=False,
+) -> QuantizedQKV:
+    """Quantize Q, K, V to FP8 e4m3 for `flash_attn_fp8_func`, one scale per (head, kernel tile of rows).
+
+    Dense `(batch, seqlen, heads, d)` inputs, or packed `(total, heads, d)` ones with cu_seqlens and max_seqlen
+    as in `flash_attn_varlen_func`. With `hadamard`, Q and K are rotated by the same random-sign Hadamard
+    matrix (QKᵀ unchanged, outliers spread). V is stored transposed, tile by tile (see QuantizedQKV).
+    """
+    packed = cu_seqlens_q is not None
+    if not _checked:
+        _check_qkv(q, k, v, packed=packed)
+        if packed:
+            _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k, q.device)
+    batch_shape = None
+    if not packed:
+        batch, seqlen_q, heads, d = q.shape
+        seqlen_k, kv_heads = k.shape[1], k.shape[2]
+        batch_shape = (batch, seqlen_q)
+        cu_seqlens_q = _dense_cu_seqlens(batch, seqlen_q, q.device)
+        cu_seqlens_k = _dense_cu_seqlens(batch, seqlen_k, q.device)
+        max_seqlen_q, max_seqlen_k = seqlen_q, seqlen_k
+        q = q.reshape(batch * seqlen_q, heads, d)
+        k = k.reshape(batch * seqlen_k, kv_heads, d)
+        v = v.reshape(batch * seqlen_k, kv_heads, d)
+    block_m, block_n = fp8_blocks(q.shape[-1])
+    hadamard = bool(hadamard)
+    q8, q_scale, cu_blocks_q = _quantize_blocks(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard, False)
+    k8, k_scale, cu_blocks_k = _quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard, False)
+    v8t, v_scale, _ = _quantize_blocks(v, cu_seqlens_k, max_seqlen_k, block_n, False, True)
+    return QuantizedQKV(
+        q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, q.dtype, batch_shape,
+    )
+
+
+def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, return_lse=False):
+    """FP8 attention on a `quantize_qkv` bundle (the kernel alone, without the quantization pass).
+
+    Returns the output in the inputs' dtype, `(batch, seqlen_q, heads, d)` for dense bundles or
+    `(total_q, heads, d)` for packed ones, and with `return_lse` the LSE `(batch, heads, seqlen_q)` /
+    `(heads, total_q)` fp32.
+    """
+    if not isinstance(qkv, QuantizedQKV):
+        raise ValueError(f"qkv must be a QuantizedQKV from quantize_qkv, got {type(qkv).__name__}")
+    scale = _softmax_scale(softmax_scale, qkv.q8.shape[-1])
+    out, lse = _attn_fp8(
+        qkv.q8, qkv.k8, qkv.v8t, qkv.q_scale, qkv.k_scale, qkv.v_scale, qkv.cu_seqlens_q, qkv.cu_seqlens_k,
+        qkv.cu_blocks_q, qkv.cu_blocks_k, qkv.max_seqlen_q, qkv.max_seqlen_k, qkv.block_m, qkv.block_n,
+        scale, bool(causal), qkv.out_dtype,
+    )
+    if qkv.batch_shape is not None:
+        batch, seqlen_q = qkv.batch_shape
+        out = out.view(batch, seqlen_q, *out.shape[1:])
+        lse = lse.view(lse.shape[0], batch, seqlen_q).transpose(0, 1)
+    return (out, lse) if return_lse else out
