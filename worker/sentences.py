@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Abbreviations after which a period rarely ends the sentence (lower case, without the final period).
-ABBREVIATIONS = frozenset(
-    """mr mrs ms dr prof sr jr st mt rev gen col lt sgt capt gov sen rep pres messrs
-    e.g i.e cf vs viz al approx ca fig figs eq eqs ref refs no nos vol vols pp ch chap sec sect art
-    dept univ inc ltd corp co est jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k e.u ph.d""".split()
+# Abbreviations after which a period rarely ends the sentence (without the final period): titles and
+# references only when capitalized ("Ms." but not the unit "ms."), the others in any case.
+CAPITALIZED_ABBREVIATIONS = frozenset(
+    """Mr Mrs Ms Dr Prof Sr Jr St Mt Rev Gen Col Lt Sgt Capt Gov Sen Rep Pres Messrs No Nos Vol Vols Fig Figs
+    Eq Eqs Ch Chap Sec Sect Art Ref Refs Dept Univ Inc Ltd Corp Co Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Nov
+    Dec U.S U.K E.U Ph.D""".split()
 )
+ANY_CASE_ABBREVIATIONS = frozenset("e.g i.e cf vs viz al approx ca pp fig figs eq eqs ref refs".split())
 
 _BLOCK = re.compile(r"\S.*?(?=\n[ \t]*\n|\Z)", re.S)
 _LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+•][ \t]+|\d{1,3}[.)][ \t]+|>[ \t]*)")
@@ -80,7 +82,8 @@ def _ends_sentence(text: str, match: re.Match, block_end: int) -> bool:
         word = _WORD_BEFORE.search(text, 0, match.start())
         if word:
             token = word.group(1)
-            if token.lower() in ABBREVIATIONS or (len(token) == 1 and token.isupper()):
+            abbreviation = token in CAPITALIZED_ABBREVIATIONS or token.lower() in ANY_CASE_ABBREVIATIONS
+            if abbreviation or (len(token) == 1 and token.isupper()):
                 return False
     return True
 

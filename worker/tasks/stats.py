@@ -10,7 +10,7 @@ from worker.encoder import load_tokenizer
 from worker.sentences import split_sentences
 from worker.tasks.base import Document, Task, register_task
 
-_WORD = re.compile(r"\w+(?:['’-]\w+)*")
+_WORD = re.compile(r"\w+(?:['’.,-]\w+)*")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
 
