@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     attention_impl: Literal["sdpa", "fa3_bf16", "fa3_fp8"] = "sdpa"
     prefill_chunk_tokens: int = Field(8192, gt=0)
     pack_token_budget: int = Field(8192, gt=0)
+    llm_max_context: int | None = Field(None, gt=0, description="context length; default: the model's")
+    decode_attention: Literal["kernel", "sdpa"] = "sdpa"
     max_documents_per_task: int = Field(64, gt=0)
 
     watch_uri: str | None = None

@@ -1,0 +1,41 @@
+"""Loading through the real code: from a folder, from settings, once per process."""
+import pytest
+import torch
+
+from core.settings import Settings
+from worker.llm.runtime import get_runtime, load_runtime
+
+
+def test_loads_checkpoint_in_bf16(load_tiny, tiny_llama):
+    runtime = load_tiny()
+    assert next(runtime.model.parameters()).dtype == torch.bfloat16
+    assert runtime.model.config._attn_implementation == "sdpa"
+    assert runtime.max_context == 512 and runtime.vocab_size == len(runtime.tokenizer)
+    assert runtime.tokenizer.sep_token_id in runtime.eos_token_ids
+    assert runtime.cache_kwarg in ("cache", "past_key_values")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"attention_impl": "flash"}, "attention_impl must be one of"),
+        ({"prefill_chunk_tokens": 0}, "must be positive"),
+    ],
+    ids=["unknown-impl", "zero-chunk"],
+)
+def test_bad_options_are_refused(tiny_llama, options, message):
+    with pytest.raises(ValueError, match=message):
+        load_runtime(str(tiny_llama), device="cpu", **options)
+
+
+def test_runtime_from_settings_is_loaded_once(tiny_llama):
+    settings = Settings(llm_model=str(tiny_llama), llm_max_context=256, prefill_chunk_tokens=32, attention_impl="fa3_fp8")
+    runtime = get_runtime(settings)
+    assert get_runtime(settings) is runtime
+    assert runtime.max_context == 256 and runtime.prefill_chunk_tokens == 32
+    assert runtime.attention_impl == ("fa3_fp8" if torch.cuda.is_available() else "sdpa")
+
+
+def test_runtime_needs_a_model():
+    with pytest.raises(ValueError, match="DOCFLASH_LLM_MODEL is not set"):
+        get_runtime(Settings(llm_model=None))

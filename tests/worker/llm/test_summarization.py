@@ -1,0 +1,27 @@
+"""Abstractive summaries: one pass, too-long documents, map-reduce."""
+import pytest
+
+from core.documents import DocumentError
+from worker.llm.summarization import summarize
+
+
+def test_summary_carries_accounting(load_tiny, sample_text):
+    runtime = load_tiny(prefill_chunk_tokens=64)
+    result = summarize(runtime, sample_text, prompt=None, max_new_tokens=8, map_reduce=False)
+    assert result["method"] == "abstractive" and result["parts"] == 1
+    assert isinstance(result["summary"], str)
+    usage = result["usage"]
+    assert usage["input_tokens"] > 150 and 0 < usage["output_tokens"] <= 8
+    assert usage["prefill_s"] > 0 and usage["attention_impl"] == "sdpa"
+
+
+def test_too_long_document_is_a_document_error(load_tiny, sample_text):
+    with pytest.raises(DocumentError, match=r"document is \d+ tokens; the model's context of 512 tokens"):
+        summarize(load_tiny(), sample_text * 4, prompt=None, max_new_tokens=8, map_reduce=False)
+
+
+def test_map_reduce_summarizes_in_parts(load_tiny, sample_text):
+    result = summarize(load_tiny(), sample_text * 4, prompt="Sum up {document} in brief.", max_new_tokens=8, map_reduce=True)
+    assert result["parts"] >= 3
+    assert result["usage"]["input_tokens"] > 4 * 150
+    assert result["usage"]["output_tokens"] <= 8 * result["parts"]

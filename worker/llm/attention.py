@@ -1,0 +1,104 @@
+"""fa3fp8 as transformers attention implementations (`fa3_bf16`, `fa3_fp8`).
+
+transformers calls an attention function with query (batch, heads, seq_q, d) and key/value
+(batch, kv_heads, seq_k, d) from the KV cache; fa3fp8 wants (batch, seq, heads, d). Packed batches arrive
+as one row with `cu_seq_lens_q/k` and `max_length_q/k` kwargs and go to the varlen kernel. Padding is never
+used (short documents are packed instead): the mask hook is transformers' flash-attention one, which passes
+no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
+attended.
+"""
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+FA3_IMPLEMENTATIONS: dict[str, bool] = {"fa3_bf16": False, "fa3_fp8": True}
+ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
+
+DecodeAttention = Literal["kernel", "sdpa"]
+_decode_attention: DecodeAttention = "sdpa"
+
+
+def set_decode_attention(choice: DecodeAttention) -> None:
+    """Choose what serves single-token (decode) queries under the fa3 implementations."""
+    global _decode_attention
+    if choice not in ("kernel", "sdpa"):
+        raise ValueError(f"decode_attention must be 'kernel' or 'sdpa', got {choice!r}")
+    _decode_attention = choice
+
+
+def _decode_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+    out = F.scaled_dot_product_attention(
+        query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+    )
+    return out.transpose(1, 2)
+
+
+def _fa3_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    *,
+    fp8: bool,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    import fa3fp8
+
+    if attention_mask is not None:
+        raise ValueError("fa3 attention takes no attention_mask: pack sequences with cu_seq_lens instead of padding")
+    if dropout:
+        raise ValueError("fa3 attention is inference-only: dropout must be 0")
+    causal = kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True)
+    cu_seq_lens_q = kwargs.get("cu_seq_lens_q")
+    if cu_seq_lens_q is not None:
+        if query.shape[0] != 1:
+            raise ValueError("packed attention needs batch size 1 (all sequences in one row)")
+        cu_seq_lens_k = kwargs.get("cu_seq_lens_k", cu_seq_lens_q)
+        out = fa3fp8.flash_attn_varlen_func(
+            query[0].transpose(0, 1),
+            key[0].transpose(0, 1),
+            value[0].transpose(0, 1),
+            cu_seq_lens_q.to(torch.int32),
+            cu_seq_lens_k.to(torch.int32),
+            int(kwargs["max_length_q"]),
+            int(kwargs.get("max_length_k", kwargs["max_length_q"])),
+            softmax_scale=scaling,
+            causal=causal,
+            fp8=fp8,
+        )
+        return out.unsqueeze(0), None
+    if query.shape[2] == 1 and _decode_attention == "sdpa":
+        return _decode_sdpa(query, key, value, scaling), None
+    out = fa3fp8.flash_attn_func(
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        softmax_scale=scaling,
+        causal=causal,
+        fp8=fp8,
+    )
+    return out, None
+
+
+def fa3_bf16_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention function running fa3fp8 in BF16."""
+    return _fa3_forward(module, query, key, value, attention_mask, scaling, dropout, fp8=False, **kwargs)
+
+
+def fa3_fp8_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention function running fa3fp8 with FP8 Q/K/V."""
+    return _fa3_forward(module, query, key, value, attention_mask, scaling, dropout, fp8=True, **kwargs)
+
+
+def register_fa3_attention() -> None:
+    """Register `fa3_bf16` and `fa3_fp8` with transformers' AttentionInterface (idempotent)."""
+    AttentionInterface.register("fa3_bf16", fa3_bf16_attention)
+    AttentionInterface.register("fa3_fp8", fa3_fp8_attention)
+    for name in FA3_IMPLEMENTATIONS:
+        AttentionMaskInterface.register(name, flash_attention_mask)

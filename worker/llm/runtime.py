@@ -1,0 +1,118 @@
+"""Load a causal LM and its tokenizer once per worker process, with the configured attention implementation."""
+import inspect
+import threading
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from core.logging import get_logger
+from worker.llm.attention import ATTENTION_IMPLEMENTATIONS, register_fa3_attention, set_decode_attention
+
+log = get_logger()
+
+
+@dataclass(frozen=True)
+class LLMRuntime:
+    """A loaded model with what the prefill and decode code needs to drive it."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    attention_impl: str
+    device: torch.device
+    max_context: int
+    prefill_chunk_tokens: int
+    pack_token_budget: int
+    eos_token_ids: frozenset[int]
+    cache_kwarg: str
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of logits per position."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+
+def default_device() -> torch.device:
+    """The worker's GPU when there is one, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    ids = set()
+    for source in (model.generation_config.eos_token_id if model.generation_config else None,
+                   model.config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return frozenset(ids)
+
+
+def _cache_kwarg(model: PreTrainedModel) -> str:
+    """Newer transformers name the forward's KV-cache argument `cache`, older ones `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def load_runtime(
+    model_name: str,
+    *,
+    attention_impl: str = "sdpa",
+    device: torch.device | str | None = None,
+    max_context: int | None = None,
+    prefill_chunk_tokens: int = 8192,
+    pack_token_budget: int = 16384,
+) -> LLMRuntime:
+    """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`.
+
+    `max_context` defaults to the model's `max_position_embeddings`.
+    """
+    if attention_impl not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
+    if prefill_chunk_tokens < 1 or pack_token_budget < 1:
+        raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
+    register_fa3_attention()
+    device = torch.device(device) if device is not None else default_device()
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.bfloat16, attn_implementation=attention_impl)
+    model.to(device).eval()
+    context = max_context or getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if not context:
+        raise ValueError(f"{model_name}: the config has no max_position_embeddings; set the context length")
+    log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device), max_context=context)
+    return LLMRuntime(
+        model=model,
+        tokenizer=tokenizer,
+        attention_impl=attention_impl,
+        device=device,
+        max_context=int(context),
+        prefill_chunk_tokens=prefill_chunk_tokens,
+        pack_token_budget=pack_token_budget,
+        eos_token_ids=_eos_token_ids(model, tokenizer),
+        cache_kwarg=_cache_kwarg(model),
+    )
+
+
+_runtimes: dict[tuple, LLMRuntime] = {}
+_lock = threading.Lock()
+
+
+def get_runtime(settings) -> LLMRuntime:
+    """The process's runtime for `settings.llm_model`, loaded on first use (fa3 falls back to sdpa on CPU)."""
+    if not settings.llm_model:
+        raise ValueError("DOCFLASH_LLM_MODEL is not set: LLM tasks need a model folder or hub id")
+    device = default_device()
+    impl = settings.attention_impl if device.type == "cuda" else "sdpa"
+    set_decode_attention(settings.decode_attention)
+    key = (settings.llm_model, impl, str(device), settings.llm_max_context, settings.prefill_chunk_tokens,
+           settings.pack_token_budget)
+    with _lock:
+        if key not in _runtimes:
+            _runtimes[key] = load_runtime(
+                settings.llm_model,
+                attention_impl=impl,
+                device=device,
+                max_context=settings.llm_max_context,
+                prefill_chunk_tokens=settings.prefill_chunk_tokens,
+                pack_token_budget=settings.pack_token_budget,
+            )
+        return _runtimes[key]
