@@ -1,0 +1,36 @@
+"""Dependencies of the routes, as Annotated aliases: the settings, the job service and the caller's tenant."""
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.auth import authenticate
+from core.service import JobService
+from core.settings import Settings
+
+# Only declares the scheme in the OpenAPI schema; `authenticated_tenant` does the checking and the 401s.
+_bearer = HTTPBearer(auto_error=False, description="an API key issued to your tenant")
+
+
+def app_settings(request: Request) -> Settings:
+    """The settings the app was built with."""
+    return request.app.state.settings
+
+
+def job_service(request: Request) -> JobService:
+    """The app's job service."""
+    return request.app.state.service
+
+
+def authenticated_tenant(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> str:
+    """The tenant of the request's bearer API key; 401 without a valid one."""
+    tenant = authenticate(request.headers.get("authorization"), request.app.state.api_keys)
+    request.state.tenant = tenant
+    return tenant
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+ServiceDep = Annotated[JobService, Depends(job_service)]
+TenantDep = Annotated[str, Depends(authenticated_tenant)]
