@@ -84,7 +84,7 @@ def refs_from_request(
         refs, inline = _refs_from_documents(request, job_uri, max_document_bytes)
         field = "documents"
     else:
-        refs, inline = _refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes), {}
+        refs, inline = refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes), {}
         field = "input_uri"
     if len(refs) > max_documents:
         raise InvalidJobError(field, f"{len(refs)} documents is over the limit of {max_documents} per job")
@@ -121,10 +121,11 @@ def _refs_from_documents(
     return refs, inline
 
 
-def _refs_from_prefix(
+def refs_from_prefix(
     input_uri: str, storage: Storage, max_jsonl_bytes: int, max_document_bytes: int
 ) -> list[DocRef]:
-    """One ref per supported object under `input_uri`, one per entry of each JSONL object."""
+    """One ref per supported object under `input_uri` (an S3 or file:// prefix, or one object), one per entry
+    of each JSONL object. Raises InvalidJobError("input_uri", ...) if there are none."""
     try:
         objects = [info for info in storage.list(input_uri) if is_document_name(info.relative_key or info.uri)]
     except Exception as exc:

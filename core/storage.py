@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import boto3
 from botocore.config import Config
@@ -172,15 +171,21 @@ class S3Storage(Storage):
         self._client.head_bucket(Bucket=bucket)
 
 
+def file_uri(path: Path) -> str:
+    """The URI LocalStorage uses for `path`: `file://` + the absolute path, not percent-encoded (so document
+    names that are percent-encoded stay literal)."""
+    return "file://" + str(path.resolve())
+
+
 class LocalStorage(Storage):
-    """Files on the local filesystem, named by `file://` URIs; writes are atomic (temp file + rename)."""
+    """Files on the local filesystem, named by `file://` + absolute path (see `file_uri`); writes are atomic
+    (temp file + rename)."""
 
     @staticmethod
     def _path(uri: str) -> Path:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise ValueError(f"not a file:// URI: {uri!r}")
-        return Path(unquote(parsed.path))
+        if not uri.startswith("file:///"):
+            raise ValueError(f"not a file:// URI of an absolute path: {uri!r}")
+        return Path(uri[len("file://"):])
 
     def put(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         path = self._path(uri)
@@ -206,7 +211,7 @@ class LocalStorage(Storage):
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             stat = path.stat()
             yield ObjectInfo(
-                uri=path.as_uri(),
+                uri=file_uri(path),
                 relative_key=path.relative_to(root).as_posix(),
                 size=stat.st_size,
                 etag=f"{stat.st_mtime_ns:x}-{stat.st_size:x}",
