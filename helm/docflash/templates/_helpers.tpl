@@ -111,6 +111,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "docflash.redisEnv" -}}
 {{- $redis := include "docflash.redis" . | fromYaml }}
 {{- $scheme := ternary "rediss" "redis" $redis.tls }}
+{{- /* Celery's Redis result backend refuses a rediss:// URL that does not say how to check certificates. */}}
+{{- $query := ternary "?ssl_cert_reqs=required" "" $redis.tls }}
 {{- if $redis.passwordSecret.name }}
 - name: DOCFLASH_REDIS_PASSWORD
   valueFrom:
@@ -118,10 +120,10 @@ app.kubernetes.io/component: {{ .component }}
       name: {{ $redis.passwordSecret.name }}
       key: {{ $redis.passwordSecret.key }}
 - name: DOCFLASH_REDIS_URL
-  value: {{ printf "%s://:$(DOCFLASH_REDIS_PASSWORD)@%s/%s" $scheme $redis.host $redis.db | quote }}
+  value: {{ printf "%s://:$(DOCFLASH_REDIS_PASSWORD)@%s/%s%s" $scheme $redis.host $redis.db $query | quote }}
 {{- else }}
 - name: DOCFLASH_REDIS_URL
-  value: {{ printf "%s://%s/%s" $scheme $redis.host $redis.db | quote }}
+  value: {{ printf "%s://%s/%s%s" $scheme $redis.host $redis.db $query | quote }}
 {{- end }}
 {{- end }}
 
