@@ -137,13 +137,13 @@ def service_settings(service_env: dict[str, str]) -> Settings:
     return settings_from_env(service_env)
 
 
-def start_worker(env: dict[str, str], node: str, log_path: Path) -> subprocess.Popen:
-    """Start `docflash worker` in its own process group with `env` on top of ours; its output goes to
+def start_worker(env: dict[str, str], args: tuple[str, ...], log_path: Path) -> subprocess.Popen:
+    """Start `docflash worker ARGS` in its own process group with `env` on top of ours; its output goes to
     `log_path`."""
     full_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(TEST_TASKS_DIR), str(REPO)])}
     log = log_path.open("wb")
     return subprocess.Popen(
-        [str(VENV_BIN / "docflash"), "worker", "--node-name", node],
+        [str(VENV_BIN / "docflash"), "worker", *args],
         env=full_env,
         cwd=REPO,
         stdout=log,
@@ -178,11 +178,45 @@ def stop_worker(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="session")
+def test_bucket(s3_endpoint: str) -> str:
+    """The bucket of the test S3 server."""
+    return TEST_BUCKET
+
+
+@pytest.fixture(scope="session")
+def wait_for():
+    """`wait_until(condition, timeout, what)`: poll until truthy (returned) or fail the test."""
+    return wait_until
+
+
+@pytest.fixture
+def worker_factory(service_env: dict[str, str], tmp_path: Path):
+    """Starts extra worker subprocesses: `start(env_overrides, gpu=None, wait=True) -> (proc, node, log_path)`
+    (with `gpu`, as `docflash worker --gpu N`); all are stopped after the test."""
+    started: list[subprocess.Popen] = []
+
+    def start(overrides: dict[str, str] | None = None, gpu: int | None = None, wait: bool = True):
+        env = {**service_env, **(overrides or {})}
+        node = f"gpu{gpu}@{socket.gethostname()}" if gpu is not None else f"extra-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+        args = ("--gpu", str(gpu)) if gpu is not None else ("--node-name", node)
+        log_path = tmp_path / f"{node.split('@')[0]}.log"
+        proc = start_worker(env, args, log_path)
+        started.append(proc)
+        if wait:
+            wait_for_worker(env, proc, node, log_path)
+        return proc, node, log_path
+
+    yield start
+    for proc in started:
+        stop_worker(proc)
+
+
+@pytest.fixture(scope="session")
 def celery_worker(service_env: dict[str, str], tmp_path_factory) -> Iterator[str]:
     """A real Celery worker subprocess serving the test queue; yields its node name."""
     node = f"test-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    proc = start_worker(service_env, node, log_path)
+    proc = start_worker(service_env, ("--node-name", node), log_path)
     try:
         wait_for_worker(service_env, proc, node, log_path)
         yield node

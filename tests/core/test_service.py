@@ -1,0 +1,116 @@
+"""JobService against real Redis and S3, with no worker consuming its queue (so the queued tasks can be read)."""
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+from redis import Redis
+
+from core.jobs import JobRequest, JobStatus
+from core.queues import FINALIZE_JOB, PROCESS_DOCUMENTS, queue_depth, queue_list_names
+from core.service import InvalidJobError, JobService
+
+
+@pytest.fixture
+def service(service_settings) -> JobService:
+    settings = service_settings.model_copy(
+        update={"gpu_queue": f"svc-test-{uuid.uuid4().hex[:8]}", "redis_prefix": f"svc-{uuid.uuid4().hex[:8]}:",
+                "pack_token_budget": 100}
+    )
+    return JobService.from_settings(settings)
+
+
+def queued_messages(service: JobService) -> list[tuple[str, int, list]]:
+    """(task name, priority list index, args) of each waiting message."""
+    redis: Redis = service.state.redis
+    found = []
+    for level, name in enumerate(queue_list_names(service.settings.gpu_queue)):
+        for raw in redis.lrange(name, 0, -1):
+            message = json.loads(raw)
+            found.append((message["headers"]["task"], level, json.loads(base64.b64decode(message["body"]))[0]))
+    return found
+
+
+def test_submit_stores_inline_texts_and_queues_packed_groups_of_ids(service: JobService) -> None:
+    texts = ["short one. " * 10, "short two. " * 10, "a much longer document. " * 40]
+    job = service.submit(
+        JobRequest(task="stats", documents=[{"id": f"t{i}", "text": t} for i, t in enumerate(texts)], priority=3),
+        "acme",
+    )
+    assert job.status == JobStatus.queued and job.counts.total == 3
+    assert job.output_uri == f"{service.settings.output_uri}/acme/{job.id}"
+    assert service.storage.get(f"{job.output_uri}/inputs/t2.txt").decode() == texts[2]
+    messages = queued_messages(service)
+    assert [(task, level) for task, level, _ in messages] == [(PROCESS_DOCUMENTS, 3)] * 2
+    assert sorted(args[1] for *_, args in messages) == [["t0", "t1"], ["t2"]]
+    assert all(args[0] == job.id for *_, args in messages)
+    assert queue_depth(service.state.redis, service.settings.gpu_queue) == 2
+
+
+def test_input_uri_prefix_submits_every_document(service: JobService, test_bucket: str) -> None:
+    base = f"s3://{test_bucket}/svc-in/{uuid.uuid4().hex}"
+    service.storage.put_many({f"{base}/a.txt": b"alpha", f"{base}/b.jsonl": b'{"id": "x", "text": "y"}\n'})
+    job = service.submit(JobRequest(task="noop", input_uri=base + "/"), "acme")
+    assert job.counts.total == 2
+    assert [ref.id for ref in service.state.all_refs(job.id)] == ["a.txt", "x"]
+
+
+def test_same_idempotency_key_returns_the_same_job(service: JobService) -> None:
+    request = JobRequest(task="noop", documents=[{"text": "x"}], idempotency_key="nightly-2026-11-30")
+    first = service.submit(request, "acme")
+    assert service.submit(request, "acme").id == first.id
+    assert service.submit(request, "beta").id != first.id
+    assert len(queued_messages(service)) == 2
+
+
+def test_tenants_see_only_their_own_jobs(service: JobService) -> None:
+    job = service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "acme")
+    assert service.get("acme", job.id).id == job.id
+    assert service.get("beta", job.id) is None
+    assert service.cancel("beta", job.id) is None
+    assert service.open_output("beta", job.id, "results") is None
+    assert [j.id for j in service.list("acme")[0]] == [job.id]
+    assert service.list("beta") == ([], None)
+
+
+@pytest.mark.parametrize(
+    ("request_body", "field"),
+    [
+        ({"task": "translate", "documents": [{"text": "x"}]}, "task"),
+        ({"task": "summarize", "options": {"sentences": 0}, "documents": [{"text": "x"}]}, "options.sentences"),
+        ({"task": "classify", "options": {"labels": ["only"]}, "documents": [{"text": "x"}]}, "options.labels"),
+        ({"task": "stats", "options": {"colour": 1}, "documents": [{"text": "x"}]}, "options.colour"),
+        ({"task": "stats", "input_uri": "s3://docflash-test/nothing-here/"}, "input_uri"),
+    ],
+    ids=["unknown-task", "bad-option-value", "too-few-labels", "unknown-option", "empty-prefix"],
+)
+def test_bad_submissions_raise_invalid_job_error_naming_the_field(
+    service: JobService, request_body: dict, field: str
+) -> None:
+    with pytest.raises(InvalidJobError) as caught:
+        service.submit(JobRequest.model_validate(request_body), "acme")
+    assert caught.value.field == field
+    assert queued_messages(service) == []
+
+
+def test_bad_tenant_names_are_refused(service: JobService) -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "../etc")
+
+
+def test_cancel_before_any_worker_cancels_every_document(service: JobService) -> None:
+    job = service.submit(JobRequest(task="noop", documents=[{"text": "a"}, {"text": "b"}]), "acme")
+    cancelled = service.cancel("acme", job.id)
+    assert cancelled.status == JobStatus.cancelling
+    assert cancelled.counts.cancelled == 2 and cancelled.counts.queued == 0
+    assert sorted(task for task, *_ in queued_messages(service)) == [FINALIZE_JOB, PROCESS_DOCUMENTS]
+
+
+def test_outputs_are_unavailable_until_the_job_is_final(service: JobService) -> None:
+    job = service.submit(JobRequest(task="noop", documents=[{"text": "a"}]), "acme")
+    assert service.open_output("acme", job.id, "results") is None
+    assert service.presigned_output_url("acme", job.id, "errors") is None
+    with pytest.raises(ValueError, match="name"):
+        service.open_output("acme", job.id, "secrets")
