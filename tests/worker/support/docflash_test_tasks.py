@@ -1,5 +1,6 @@
 """A test-only task, loaded by test workers through DOCFLASH_EXTRA_TASK_MODULES: `sleep` waits `seconds` per
-document (so a test can kill a worker mid-document) and records every run in Redis when `record_key` is set."""
+document (so a test can kill a worker mid-document) and appends each run's document id to the Redis list
+`record_key` at `record_url` when those are set."""
 from __future__ import annotations
 
 import time
@@ -7,7 +8,6 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 from redis import Redis
 
-from core.settings import get_settings
 from core.task_specs import TASK_OPTIONS
 from worker.tasks.base import Document, Task, register_task
 
@@ -18,6 +18,7 @@ class SleepOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seconds: float = Field(0.0, ge=0, le=60)
+    record_url: str | None = None
     record_key: str | None = None
 
 
@@ -32,7 +33,7 @@ class SleepTask(Task):
 
     def process(self, document: Document, options: SleepOptions) -> dict:
         """Record the start of the run, sleep, return {"chars": n}."""
-        if options.record_key:
-            Redis.from_url(get_settings().redis_url).rpush(options.record_key, document.id)
+        if options.record_url and options.record_key:
+            Redis.from_url(options.record_url).rpush(options.record_key, document.id)
         time.sleep(options.seconds)
         return {"chars": len(document.text)}
