@@ -24,7 +24,7 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _BAD_ID_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
 # A .docx may inflate this many times its upload size before it counts as a zip bomb.
 _MAX_DOCX_INFLATION = 30
-_DROPPED_HTML_TAGS = ("script", "style", "noscript", "template", "svg", "head")
+_DROPPED_HTML_TAGS = ("script", "style", "noscript", "template", "svg", "head", "nav")
 _BLOCK_HTML_TAGS = (
     "address", "article", "aside", "blockquote", "dd", "div", "dl", "dt", "figcaption", "figure", "footer",
     "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section",

@@ -1,10 +1,19 @@
-"""A small PDF writer for text documents (Helvetica, word-wrapped, paginated), used to build the examples.
+"""Builds the binary examples (examples/*.pdf, examples/*.docx) from the Markdown in scripts/example_sources/.
 
-Produces real PDF text objects, so any PDF reader (pypdf included) extracts the text back.
+Run `.venv/bin/python scripts/make_examples.py`; the outputs are committed so the quick start needs no build.
+`text_pdf` is a small PDF writer (Helvetica, word-wrapped, paginated) whose text any PDF reader extracts back.
 """
 from __future__ import annotations
 
+import datetime
 import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ROOT / "scripts" / "example_sources"
+EXAMPLES = ROOT / "examples"
+# Which source becomes which binary example.
+OUTPUTS = {"lithium-ion-batteries.md": "lithium-ion-batteries.pdf", "raft-consensus.md": "raft-consensus.docx"}
 
 PAGE_WIDTH, PAGE_HEIGHT = 612, 792
 MARGIN = 72
@@ -65,3 +74,51 @@ def _page_content(lines: list[tuple[str, str]]) -> bytes:
 def _pdf_string(text: str) -> bytes:
     encoded = text.encode("cp1252", errors="replace")
     return encoded.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
+
+
+def markdown_blocks(markdown: str) -> list[tuple[int, str]]:
+    """(heading level, text) per block of simple Markdown: level 1-6 for `#` headings, 0 for paragraphs."""
+    blocks = []
+    for block in markdown.split("\n\n"):
+        block = " ".join(block.split())
+        if not block:
+            continue
+        level = len(block) - len(block.lstrip("#"))
+        blocks.append((level, block[level:].strip()) if 0 < level <= 6 else (0, block))
+    return blocks
+
+
+def docx_bytes(blocks: list[tuple[int, str]]) -> bytes:
+    """Return a .docx with a Word heading per heading block and a paragraph per paragraph block."""
+    import io
+
+    import docx
+
+    document = docx.Document()
+    fixed = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    document.core_properties.created = document.core_properties.modified = fixed
+    for level, text in blocks:
+        if level:
+            document.add_heading(text, level=level - 1)
+        else:
+            document.add_paragraph(text)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def main() -> None:
+    """Write each example in OUTPUTS from its source."""
+    for source, output in OUTPUTS.items():
+        blocks = markdown_blocks((SOURCES / source).read_text(encoding="utf-8"))
+        target = EXAMPLES / output
+        if target.suffix == ".pdf":
+            data = text_pdf([("heading" if level else "paragraph", text) for level, text in blocks])
+        else:
+            data = docx_bytes(blocks)
+        target.write_bytes(data)
+        print(f"{target.relative_to(ROOT)}: {len(data)} bytes")
+
+
+if __name__ == "__main__":
+    main()
