@@ -15,6 +15,18 @@ LLAMA_31_8B_SHAPE = {
     "rope_theta": 500000.0,
 }
 
+# Small enough to run on a CPU in milliseconds; head_dim 64 is the smallest the fa3fp8 kernels take.
+TINY_LLAMA_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.1,
+}
+
 
 def llama_config(**shape) -> LlamaConfig:
     """A LlamaConfig with the given shape (hidden_size, layers, heads, ...), in bf16."""

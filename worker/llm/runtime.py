@@ -96,10 +96,13 @@ _runtimes: dict[tuple, LLMRuntime] = {}
 _lock = threading.Lock()
 
 
-def get_runtime(settings) -> LLMRuntime:
-    """The process's runtime for `settings.llm_model`, loaded on first use (fa3 falls back to sdpa on CPU)."""
+def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
+    """The process's runtime for `settings.llm_model`, loaded on first use (fa3 falls back to sdpa on CPU).
+
+    Without a configured model, a ValueError says that `purpose` needs one.
+    """
     if not settings.llm_model:
-        raise ValueError("DOCFLASH_LLM_MODEL is not set: LLM tasks need a model folder or hub id")
+        raise ValueError(f"{purpose} needs an LLM (settings.llm_model): set DOCFLASH_LLM_MODEL to a folder or hub id")
     device = default_device()
     impl = settings.attention_impl if device.type == "cuda" else "sdpa"
     set_decode_attention(settings.decode_attention)

@@ -3,15 +3,16 @@ import math
 
 from core.settings import get_settings
 from core.task_specs import ClassifyOptions
+from worker.llm.document_errors import about_document
+from worker.llm.prompts import DocumentPrompt, document_room, encode_document, encode_text
+from worker.llm.runtime import LLMRuntime, get_runtime
+from worker.llm.session import Session
 from worker.tasks.base import Document, Task, register_task
 
 
-def classify_text(runtime, text: str, labels: list[str], prompt: str | None) -> dict:
+def classify_text(runtime: LLMRuntime, text: str, labels: list[str], prompt: str | None) -> dict:
     """Prefill the prompt around `text` once, then score each label's tokens from that KV cache, rolled back
     after each; the label with the highest total log-likelihood wins."""
-    from worker.llm.prompts import DocumentPrompt, document_room, encode_document, encode_text
-    from worker.llm.session import Session
-
     instruction = prompt or f"Classify the document as one of: {', '.join(labels)}."
     template = DocumentPrompt(runtime.tokenizer, f"{instruction}\n\n", "\n\nLabel:")
     separator = "" if runtime.tokenizer.chat_template else " "
@@ -38,11 +39,10 @@ def classify_text(runtime, text: str, labels: list[str], prompt: str | None) -> 
 @register_task
 class ClassifyTask(Task):
     """Zero-shot classification by label log-likelihood."""
-
     name = "classify"
 
     def process(self, document: Document, options: ClassifyOptions) -> dict:
         """Classify one document into one of `options.labels`."""
-        from worker.llm.runtime import get_runtime
-
-        return classify_text(get_runtime(get_settings()), document.text, list(options.labels), options.prompt)
+        runtime = get_runtime(get_settings(), "classification")
+        with about_document(document.id):
+            return classify_text(runtime, document.text, list(options.labels), options.prompt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from core.documents import DocumentError
+from core.settings import get_settings
 from core.task_specs import EmbedOptions
 from worker.encoder import get_encoder
 from worker.tasks.base import BatchTask, Document, register_task
@@ -21,7 +22,7 @@ class EmbedTask(BatchTask):
     def process_batch(self, documents: list[Document], options: EmbedOptions) -> list[dict | DocumentError]:
         """Return {"dim", "chunks", "tokens", "embedding"} or a DocumentError per document."""
         if options.model == "llm":
-            raise ValueError("embedding with model='llm' needs an LLM (settings.llm_model)")
+            return _embed_with_llm(documents, options)
         token_ids = self.encoder.tokenize([document.text for document in documents])
         chunked = [
             [ids[start:start + options.chunk_tokens] for start in range(0, len(ids), options.chunk_tokens)]
@@ -45,3 +46,16 @@ class EmbedTask(BatchTask):
                 "embedding": [round(value, 7) for value in embedding.tolist()],
             })
         return results
+
+
+def _embed_with_llm(documents: list[Document], options: EmbedOptions) -> list[dict | DocumentError]:
+    from worker.llm.document_errors import naming
+    from worker.llm.embedding import embed_texts
+    from worker.llm.runtime import get_runtime
+
+    runtime = get_runtime(get_settings(), "embedding with model='llm'")
+    results = embed_texts(runtime, [document.text for document in documents], options.chunk_tokens)
+    return [
+        naming(result, document.id) if isinstance(result, DocumentError) else result
+        for document, result in zip(documents, results)
+    ]

@@ -6,15 +6,18 @@ from pydantic import BaseModel
 from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import ExtractOptions
+from worker.llm.document_errors import about_document
+from worker.llm.json_schema import find_json_object, model_from_schema
+from worker.llm.prompts import DocumentPrompt, document_room, encode_document
+from worker.llm.runtime import LLMRuntime, get_runtime
+from worker.llm.session import Session
 from worker.tasks.base import Document, Task, register_task
 
-RETRY_MESSAGE = "That answer is not valid: {error}. Reply with only one JSON object that matches the schema."
+RETRY_MESSAGE = "That answer is not valid: {error}. Reply with only one JSON object that matches the schema.\nJSON:"
 
 
 def validate_answer(answer: str, model: type[BaseModel]) -> dict:
     """The JSON object in `answer`, validated by `model`; ValueError (or pydantic's ValidationError) if not."""
-    from worker.llm.json_schema import find_json_object
-
     return model.model_validate(find_json_object(answer)).model_dump(by_alias=True, exclude_unset=True)
 
 
@@ -22,13 +25,9 @@ def _short_error(error: Exception) -> str:
     return " ".join(str(error).split())[:400]
 
 
-def extract_from_text(runtime, text: str, schema: dict, max_new_tokens: int) -> dict:
+def extract_from_text(runtime: LLMRuntime, text: str, schema: dict, max_new_tokens: int) -> dict:
     """Generate JSON for `schema` from `text`; an invalid answer gets one retry in the same conversation,
     then the document fails with the validation error."""
-    from worker.llm.json_schema import model_from_schema
-    from worker.llm.prompts import DocumentPrompt, document_room, encode_document
-    from worker.llm.session import Session
-
     try:
         model = model_from_schema(schema)
     except ValueError as exc:
@@ -63,11 +62,10 @@ def extract_from_text(runtime, text: str, schema: dict, max_new_tokens: int) -> 
 @register_task
 class ExtractTask(Task):
     """Structured extraction into a caller's JSON schema."""
-
     name = "extract"
 
     def process(self, document: Document, options: ExtractOptions) -> dict:
         """Extract `options.json_schema` from one document."""
-        from worker.llm.runtime import get_runtime
-
-        return extract_from_text(get_runtime(get_settings()), document.text, options.json_schema, options.max_new_tokens)
+        runtime = get_runtime(get_settings(), "extraction")
+        with about_document(document.id):
+            return extract_from_text(runtime, document.text, options.json_schema, options.max_new_tokens)

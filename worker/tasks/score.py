@@ -8,6 +8,11 @@ import math
 from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import ScoreOptions
+from worker.llm.document_errors import naming
+from worker.llm.packing import packed_outputs
+from worker.llm.prompts import encode_text
+from worker.llm.runtime import LLMRuntime, get_runtime
+from worker.llm.session import Session, Usage, logits_chunk_tokens
 from worker.tasks.base import BatchTask, Document, register_task
 
 
@@ -34,10 +39,8 @@ def score_summary(logprobs: list[float], tokens: int, chunk_tokens: int) -> dict
     }
 
 
-def document_tokens(runtime, text: str) -> list[int]:
+def document_tokens(runtime: LLMRuntime, text: str) -> list[int]:
     """The document's ids, after the BOS token when the tokenizer has one (so the first word is scored too)."""
-    from worker.llm.prompts import encode_text
-
     ids = encode_text(runtime.tokenizer, text)
     if runtime.tokenizer.bos_token_id is not None:
         ids.insert(0, runtime.tokenizer.bos_token_id)
@@ -48,11 +51,8 @@ def document_tokens(runtime, text: str) -> list[int]:
     return ids
 
 
-def score_documents(runtime, texts: list[str], chunk_tokens: int | None) -> list[dict | DocumentError]:
+def score_documents(runtime: LLMRuntime, texts: list[str], chunk_tokens: int | None) -> list[dict | DocumentError]:
     """Score each text; packs the ones that fit one packed pass, prefills the others chunk by chunk."""
-    from worker.llm.packing import packed_outputs
-    from worker.llm.session import Session, Usage, logits_chunk_tokens
-
     chunk_tokens = chunk_tokens or runtime.prefill_chunk_tokens
     results: list[dict | DocumentError | None] = [None] * len(texts)
     short: dict[int, list[int]] = {}
@@ -79,16 +79,13 @@ def score_documents(runtime, texts: list[str], chunk_tokens: int | None) -> list
 @register_task
 class ScoreTask(BatchTask):
     """Log-likelihood and perplexity of documents under the LLM."""
-
     name = "score"
 
     def process_batch(self, documents: list[Document], options: ScoreOptions) -> list[dict | DocumentError]:
         """Score documents, packing the short ones into shared forward passes."""
-        from worker.llm.runtime import get_runtime
-
-        results = score_documents(get_runtime(get_settings()), [document.text for document in documents],
-                                  options.chunk_tokens)
-        for document, result in zip(documents, results):
-            if isinstance(result, DocumentError) and result.doc_id is None:
-                result.doc_id = document.id
-        return results
+        runtime = get_runtime(get_settings(), "scoring")
+        results = score_documents(runtime, [document.text for document in documents], options.chunk_tokens)
+        return [
+            naming(result, document.id) if isinstance(result, DocumentError) else result
+            for document, result in zip(documents, results)
+        ]

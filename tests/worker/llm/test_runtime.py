@@ -37,5 +37,5 @@ def test_runtime_from_settings_is_loaded_once(tiny_llama):
 
 
 def test_runtime_needs_a_model():
-    with pytest.raises(ValueError, match="DOCFLASH_LLM_MODEL is not set"):
-        get_runtime(Settings(llm_model=None))
+    with pytest.raises(ValueError, match=r"scoring needs an LLM \(settings.llm_model\): set DOCFLASH_LLM_MODEL"):
+        get_runtime(Settings(llm_model=None), "scoring")

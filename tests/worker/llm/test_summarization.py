@@ -1,4 +1,6 @@
 """Abstractive summaries: one pass, too-long documents, map-reduce."""
+import json
+
 import pytest
 
 from core.documents import DocumentError
@@ -25,3 +27,19 @@ def test_map_reduce_summarizes_in_parts(load_tiny, sample_text):
     assert result["parts"] >= 3
     assert result["usage"]["input_tokens"] > 4 * 150
     assert result["usage"]["output_tokens"] <= 8 * result["parts"]
+
+
+def test_abstractive_summaries_through_local_mode(llm_settings, sample_text, tmp_path):
+    from worker.local import run_local
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "short.txt").write_text(sample_text)
+    (inputs / "long.txt").write_text(sample_text * 4)
+    options = {"method": "abstractive", "max_new_tokens": 6, "map_reduce": True}
+    manifest = run_local(inputs, "summarize", tmp_path / "out", options, llm_settings, progress=False)
+    assert manifest["counts"]["succeeded"] == 2
+    records = {record["id"]: record["result"] for record in map(json.loads, (tmp_path / "out" / "results.jsonl").open())}
+    parts = sorted(result["parts"] for result in records.values())
+    assert parts[0] == 1 and parts[1] >= 3
+    assert all(result["usage"]["output_tokens"] <= 6 * result["parts"] for result in records.values())
