@@ -106,10 +106,12 @@ class DropWatcher:
             {"input_uri": info.uri} if relative.lower().endswith(JSONL_SUFFIX) else {"documents": [{"uri": info.uri}]}
         )
         request = JobRequest(
-            **spec,
-            **source,
-            idempotency_key=f"watch:{info.uri}:{info.etag}",
-            metadata={**spec.get("metadata", {}), "source": info.uri},
+            **{
+                **spec,
+                **source,
+                "idempotency_key": f"watch:{info.uri}:{info.etag}",
+                "metadata": {**spec.get("metadata", {}), "source": info.uri},
+            }
         )
         return self.service.submit(request, self.settings.watch_tenant).id
 
