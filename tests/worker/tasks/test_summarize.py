@@ -73,6 +73,6 @@ def test_batch_of_documents_matches_one_by_one(make_document, texts):
         assert [item["index"] for item in batched["sentences"]] == [item["index"] for item in single["sentences"]]
 
 
-def test_abstractive_needs_an_llm(make_document, texts):
+def test_abstractive_needs_an_llm(make_document, texts, settings_without_llm):
     with pytest.raises(ValueError, match=r"abstractive summarization needs an LLM \(settings.llm_model\)"):
         _summarize([make_document(texts["wal"])], method="abstractive")
