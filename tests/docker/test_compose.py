@@ -48,7 +48,15 @@ def test_worker_gets_one_gpu_shared_memory_and_time_to_finish():
     assert worker["shm_size"].endswith("gb")
     grace = int(worker["stop_grace_period"].removesuffix("s"))
     assert grace > int(worker["environment"]["DOCFLASH_TASK_HARD_TIME_LIMIT"])
-    assert worker["healthcheck"]["test"] == ["CMD", "docflash", "ping-worker"]
+    assert worker["healthcheck"]["test"] == ["CMD", "docflash", "ping-worker", "--gpu", "0"]
+
+
+def test_flower_keeps_its_state_on_the_volume():
+    flower = SERVICES["flower"]
+    command = flower["command"]
+    assert command[:2] == ["flower", "--persistent"]
+    volume_path = flower["volumes"][0].split(":")[1]
+    assert command[command.index("--db") + 1].startswith(volume_path + "/")
 
 
 def test_redis_keeps_an_append_only_file():

@@ -22,10 +22,10 @@ def test_state_persistence(render, chart, persistent):
     template = _flower(manifests, chart)
     container = template["spec"]["containers"][0]
     [data] = [v for v in template["spec"]["volumes"] if v["name"] == "data"]
-    assert chart.env_of(container)["FLOWER_DB"]["value"].startswith("/var/lib/flower/")
     assert {"name": "data", "mountPath": "/var/lib/flower"} in container["volumeMounts"]
     if persistent:
-        assert container["args"] == ["flower", "--persistent"]
+        # The state file goes to the mounted volume; the root filesystem is read-only.
+        assert container["args"] == ["flower", "--persistent", "--db", "/var/lib/flower/flower.db"]
         claim = chart.one(manifests, "PersistentVolumeClaim", "flower")
         assert data["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     else:

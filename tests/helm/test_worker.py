@@ -53,8 +53,9 @@ def test_probes_ping_celery_and_startup_covers_model_loading(default_manifests, 
     _, pod = _worker(default_manifests, chart)
     container = pod["containers"][0]
     startup, liveness = container["startupProbe"], container["livenessProbe"]
-    assert startup["exec"]["command"] == ["docflash", "ping-worker"]
-    assert liveness["exec"]["command"] == ["docflash", "ping-worker"]
+    # The pod's only worker is gpu0@<pod>: ping exactly that node rather than broadcast to all.
+    assert startup["exec"]["command"] == ["docflash", "ping-worker", "--gpu", "0"]
+    assert liveness["exec"]["command"] == ["docflash", "ping-worker", "--gpu", "0"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 15 * 60
     assert liveness["timeoutSeconds"] < liveness["periodSeconds"]
     assert "readinessProbe" not in container
