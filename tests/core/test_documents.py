@@ -202,3 +202,33 @@ def test_load_documents_names_a_single_file_after_its_stem():
 def test_load_documents_reads_jsonl_batches():
     data = b'{"id": "x", "text": "First."}\n{"id": "y", "text": "Second."}\n'
     assert load_documents("batch.JSONL", data, LIMIT) == [("x", "First."), ("y", "Second.")]
+
+
+def _mutations(data: bytes, seed: int, count: int):
+    """Damaged copies of `data`: flipped bytes, truncations and cut-out spans."""
+    rng = random.Random(seed)
+    for index in range(count):
+        damaged = bytearray(data)
+        if index % 3 == 0:
+            for _ in range(rng.randint(1, 20)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        elif index % 3 == 1:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        else:
+            start = rng.randrange(len(damaged))
+            damaged[start:start + rng.randint(1, 500)] = b""
+        yield bytes(damaged)
+
+
+@pytest.mark.parametrize("example", ["lithium-ion-batteries.pdf", "raft-consensus.docx"])
+def test_damaged_files_give_text_or_a_document_error(example):
+    data = (ROOT / "examples" / example).read_bytes()
+    outcomes = set()
+    for damaged in _mutations(data, seed=3, count=60):
+        try:
+            extract_text(example, damaged, LIMIT)
+            outcomes.add("text")
+        except DocumentError as exc:
+            assert str(exc).startswith(example)
+            outcomes.add("error")
+    assert "error" in outcomes
