@@ -36,12 +36,22 @@ def test_workers_and_watcher_accept_no_ingress(default_manifests, chart):
     assert sorted(components["values"]) == ["watcher", "worker"]
 
 
-def test_api_sources_can_be_restricted(production_manifests, chart):
-    [policy] = [p for p in chart.find(production_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith("-api")]
+@pytest.mark.parametrize("component, source", [
+    ("api", {"ipBlock": {"cidr": "10.0.0.0/16"}}),
+    ("flower", {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}),
+], ids=["api", "flower"])
+def test_sources_can_be_restricted(production_manifests, chart, component, source):
+    [policy] = [p for p in chart.find(production_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith(f"-{component}")]
     sources = policy["spec"]["ingress"][0]["from"]
-    assert {"ipBlock": {"cidr": "10.0.0.0/16"}} in sources
+    assert source in sources
     # The release's own pods (helm test) still get in.
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "docflash", "app.kubernetes.io/instance": "df"}}} in sources
+
+
+def test_api_and_flower_are_open_by_default(default_manifests, chart):
+    for component in ("api", "flower"):
+        [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith(f"-{component}")]
+        assert "from" not in policy["spec"]["ingress"][0]
 
 
 def test_helm_tests_check_readiness_and_flower_auth(default_manifests, chart):
