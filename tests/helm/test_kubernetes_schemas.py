@@ -1,6 +1,6 @@
 """Every rendered core object validates strictly against the Kubernetes 1.30 OpenAPI schemas (kubernetes-validate,
 offline). Custom resources (KEDA, Prometheus Operator) have no schema there: they are set aside by name here and
-checked field by field in test_worker_autoscaling.py and test_flower.py."""
+checked against closed schemas of their CRD fields in test_custom_resources.py."""
 from __future__ import annotations
 
 import kubernetes_validate
