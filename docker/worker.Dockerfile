@@ -48,7 +48,9 @@ RUN groupadd --system --gid "${APP_UID}" docflash \
     && install -d -o docflash -g docflash /var/cache/docflash/triton /var/cache/docflash/huggingface /models
 COPY --from=builder /opt/venv /opt/venv
 COPY docker/fetch_model.py /opt/docflash/fetch_model.py
+# HOME=/tmp: libraries that write under ~ (torch, Triton) get a writable place; /tmp is a volume in the chart.
 ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/tmp \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     DOCFLASH_ENV=production \
