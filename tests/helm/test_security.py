@@ -21,6 +21,18 @@ def test_every_pod_runs_hardened(default_manifests, production_manifests, chart,
             assert "limits" in container["resources"] and "memory" in container["resources"]["limits"], where
 
 
+@pytest.mark.parametrize("which", ["defaults", "production"])
+def test_pods_meet_the_restricted_pod_security_standard_volumes(default_manifests, production_manifests, chart, which):
+    manifests = default_manifests if which == "defaults" else production_manifests
+    allowed = {"emptyDir", "persistentVolumeClaim", "configMap", "secret", "projected"}
+    for where, pod in chart.pod_specs(manifests):
+        for volume in pod.get("volumes", []):
+            assert set(volume) - {"name"} <= allowed, f"{where}: {volume}"
+        assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC"), where
+        for container in chart.containers(pod):
+            assert all("hostPort" not in port for port in container.get("ports", [])), where
+
+
 def test_redis_accepts_only_this_release(default_manifests, chart):
     [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith("-redis")]
     [rule] = policy["spec"]["ingress"]
