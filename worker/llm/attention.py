@@ -30,10 +30,11 @@ def set_decode_attention(choice: DecodeAttention) -> None:
 
 
 def _decode_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
-    out = F.scaled_dot_product_attention(
-        query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
-    )
-    return out.transpose(1, 2)
+    # One query token: fold the query heads of each KV head into rows, one plain attention per KV head.
+    batch, heads, _, dim = query.shape
+    packed = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    out = F.scaled_dot_product_attention(packed, key, value, scale=scaling)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2)
 
 
 def _fa3_forward(

@@ -68,22 +68,48 @@ def load_runtime(
     """
     if attention_impl not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
-    if prefill_chunk_tokens < 1 or pack_token_budget < 1:
-        raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
     register_fa3_attention()
     device = torch.device(device) if device is not None else default_device()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.bfloat16, attn_implementation=attention_impl)
-    model.to(device).eval()
+    runtime = runtime_for(
+        model.to(device),
+        tokenizer,
+        attention_impl=attention_impl,
+        max_context=max_context,
+        prefill_chunk_tokens=prefill_chunk_tokens,
+        pack_token_budget=pack_token_budget,
+    )
+    log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device),
+             max_context=runtime.max_context)
+    return runtime
+
+
+def runtime_for(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    attention_impl: str,
+    max_context: int | None = None,
+    prefill_chunk_tokens: int = 8192,
+    pack_token_budget: int = 16384,
+) -> LLMRuntime:
+    """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`)."""
+    if attention_impl not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
+    if prefill_chunk_tokens < 1 or pack_token_budget < 1:
+        raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
+    register_fa3_attention()
+    if model.config._attn_implementation != attention_impl:
+        model.set_attn_implementation(attention_impl)
     context = max_context or getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if not context:
-        raise ValueError(f"{model_name}: the config has no max_position_embeddings; set the context length")
-    log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device), max_context=context)
+        raise ValueError("the model's config has no max_position_embeddings; set the context length")
     return LLMRuntime(
-        model=model,
+        model=model.eval(),
         tokenizer=tokenizer,
         attention_impl=attention_impl,
-        device=device,
+        device=model.device,
         max_context=int(context),
         prefill_chunk_tokens=prefill_chunk_tokens,
         pack_token_budget=pack_token_budget,
