@@ -277,6 +277,17 @@ def run(
     """Local mode: run a task over a folder in this process (no Redis, no S3) and write the job's files."""
     parsed = _json_option(options, "--options")
     settings = _settings()
+    from pydantic import ValidationError
+
+    from core.task_specs import UnknownTaskError, validate_options
+
+    try:
+        validate_options(task, parsed)
+    except UnknownTaskError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--task") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise typer.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", param_hint="--options") from None
     from worker.local import run_local
 
     try:
