@@ -165,7 +165,8 @@ def _pdf_text(name: str, data: bytes) -> str:
         raise DocumentError(f"{name}: not a readable PDF ({type(exc).__name__}: {exc})") from exc
     if not any(page.strip() for page in pages):
         raise DocumentError(f"{name}: the PDF has no text layer (scanned pages need OCR first)")
-    return "\n\n".join(pages)
+    # A page break usually falls inside a paragraph, so pages are joined as lines, not as paragraphs.
+    return "\n".join(page.strip("\n") for page in pages)
 
 
 def _docx_text(name: str, data: bytes) -> str:

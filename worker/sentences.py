@@ -23,6 +23,10 @@ _LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+•][ \t]+|\d{1,3}[.)][ \t
 _TABLE_ROW = re.compile(r"^\s*\||\s\|\s")
 _END = re.compile(r"(?:[.!?]+|…)[\"'”’)\]]*(?=\s)")
 _WORD_BEFORE = re.compile(r"([^\s(\[\"'“‘]+)$")
+_ENDS_WITH_PUNCTUATION = re.compile(r"[.!?…:;,][\"'”’)\]]*\s*$")
+_FINISHED_LINE = re.compile(r"[.!?…:][\"'”’)\]]*\s*$")
+MAX_TITLE_WORDS = 10
+TITLE_WIDTH_SHARE = 0.7
 _SENTENCE_START = re.compile(r"[\"'“‘(\[]*[A-Z0-9À-ÖØ-Þ]")
 
 
@@ -41,7 +45,7 @@ def split_sentences(text: str) -> list[Sentence]:
     for block_start, block_end in _blocks(text):
         start = block_start
         for match in _END.finditer(text, block_start, block_end):
-            if _ends_sentence(text, match, block_end):
+            if _ends_sentence(text, match, block_start, block_end):
                 sentences.extend(_sentence(text, start, match.end()))
                 start = match.end()
         sentences.extend(_sentence(text, start, block_end))
@@ -49,16 +53,21 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 def _blocks(text: str) -> list[tuple[int, int]]:
-    """Spans of paragraphs, cut further before each heading, list item or table row line and after headings."""
+    """Spans of paragraphs, cut before and after each heading, list item, table row or title line."""
     spans = []
     for paragraph in _BLOCK.finditer(text):
         start = paragraph.start()
         offset = start
-        for line in paragraph.group().split("\n"):
+        lines = paragraph.group().split("\n")
+        longest = max(len(line.strip()) for line in lines)
+        after_sentence = True
+        for number, line in enumerate(lines):
             line_start, line_end = offset, offset + len(line)
             offset = line_end + 1
             marker = _LINE_MARKER.match(line)
-            separate = marker is not None or _TABLE_ROW.search(line) is not None
+            title = after_sentence and _is_title_line(line, number + 1 < len(lines), longest)
+            after_sentence = title or _FINISHED_LINE.search(line) is not None
+            separate = marker is not None or title or _TABLE_ROW.search(line) is not None
             if separate and line_start > start:
                 spans.append((start, line_start - 1))
                 start = line_start
@@ -72,7 +81,21 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _ends_sentence(text: str, match: re.Match, block_end: int) -> bool:
+def _is_title_line(line: str, more_follows: bool, longest: int) -> bool:
+    """Whether `line`, which opens a paragraph or follows a finished sentence or a title, is a heading without
+    markup, as text extracted from a PDF has them: short, capitalized, unpunctuated, with more text after it.
+    Lines of wrapped prose fill most of the width, so only lines well short of the paragraph's longest count."""
+    words = line.split()
+    return (
+        more_follows
+        and 0 < len(words) <= MAX_TITLE_WORDS
+        and len(line.strip()) <= TITLE_WIDTH_SHARE * longest
+        and words[0][0].isupper()
+        and not _ENDS_WITH_PUNCTUATION.search(line)
+    )
+
+
+def _ends_sentence(text: str, match: re.Match, block_start: int, block_end: int) -> bool:
     following = text[match.end():block_end].lstrip()
     if not following:
         return True
@@ -83,7 +106,8 @@ def _ends_sentence(text: str, match: re.Match, block_end: int) -> bool:
         if word:
             token = word.group(1)
             abbreviation = token in CAPITALIZED_ABBREVIATIONS or token.lower() in ANY_CASE_ABBREVIATIONS
-            if abbreviation or (len(token) == 1 and token.isupper()):
+            numbering = token.isdigit() and not text[block_start:word.start()].strip()
+            if abbreviation or numbering or (len(token) == 1 and token.isupper()):
                 return False
     return True
 

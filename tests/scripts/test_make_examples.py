@@ -56,3 +56,14 @@ def test_markdown_blocks():
 def test_text_pdf_refuses_unknown_block_kinds():
     with pytest.raises(ValueError, match="unknown kind 'table'"):
         _generator().text_pdf([("table", "x")])
+
+
+@pytest.mark.parametrize("source, output", list(_generator().OUTPUTS.items()), ids=lambda value: value)
+def test_headings_of_the_binary_examples_split_as_their_own_sentences(source, output):
+    from worker.sentences import split_sentences
+
+    generator = _generator()
+    headings = [text for level, text in generator.markdown_blocks((generator.SOURCES / source).read_text()) if level]
+    text = extract_text(output, (ROOT / "examples" / output).read_bytes(), LIMIT)
+    sentences = [sentence.text for sentence in split_sentences(text)]
+    assert [sentence for sentence in sentences if sentence in headings] == headings
