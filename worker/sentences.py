@@ -22,7 +22,7 @@ _BLOCK = re.compile(r"\S.*?(?=\n[ \t]*\n|\Z)", re.S)
 _LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+•][ \t]+|\d{1,3}[.)][ \t]+|>[ \t]*)")
 _TABLE_ROW = re.compile(r"^\s*\||\s\|\s")
 _END = re.compile(r"(?:[.!?]+|…)[\"'”’)\]]*(?=\s)")
-_WORD_BEFORE = re.compile(r"([^\s(\[\"'“‘]+)$")
+_INITIAL = re.compile(r"[A-Z]\.")
 _ENDS_WITH_PUNCTUATION = re.compile(r"[.!?…:;,][\"'”’)\]]*\s*$")
 _FINISHED_LINE = re.compile(r"[.!?…:][\"'”’)\]]*\s*$")
 MAX_TITLE_WORDS = 10
@@ -101,14 +101,19 @@ def _ends_sentence(text: str, match: re.Match, block_start: int, block_end: int)
         return True
     if not _SENTENCE_START.match(following):
         return False
-    if match.group().startswith(".") and len(match.group().rstrip("\"'”’)]")) == 1:
-        word = _WORD_BEFORE.search(text, 0, match.start())
-        if word:
-            token = word.group(1)
-            abbreviation = token in CAPITALIZED_ABBREVIATIONS or token.lower() in ANY_CASE_ABBREVIATIONS
-            numbering = token.isdigit() and not text[block_start:word.start()].strip()
-            if abbreviation or numbering or (len(token) == 1 and token.isupper()):
-                return False
+    if match.group().rstrip("\"'”’)]") != ".":
+        return True
+    before = text[max(block_start, match.start() - 64):match.start()].split()
+    token = before[-1].lstrip("([\"'“‘") if before else ""
+    previous = before[-2] if len(before) > 1 else ""
+    if token in CAPITALIZED_ABBREVIATIONS or token.lower() in ANY_CASE_ABBREVIATIONS:
+        return False
+    if token.isdigit() and len(before) == 1 and not text[block_start:match.start() - len(token)].strip():
+        return False
+    if len(token) == 1 and token.isupper():
+        # "J. R. Lee", "John F. Kennedy": an initial sits next to another initial or a capitalized name;
+        # "multiplied by V. Then" ends a sentence.
+        return not (_INITIAL.fullmatch(following.split(maxsplit=1)[0]) or previous[:1].isupper())
     return True
 
 

@@ -1,4 +1,6 @@
 """The sentence splitter: abbreviations, numbers, quotes, markdown structure, and exact offsets."""
+import time
+
 import pytest
 
 from worker.sentences import split_sentences
@@ -19,6 +21,8 @@ from worker.sentences import split_sentences
                      ["Compare Fig. 3 with Eq. 2 first.", "Next, the table."], id="fig-eq"),
         pytest.param("J. R. Lee designed it. Smith et al. agreed.", ["J. R. Lee designed it.", "Smith et al. agreed."],
                      id="initials-et-al"),
+        pytest.param("Multiply P by V. Then store it. John F. Kennedy spoke.",
+                     ["Multiply P by V.", "Then store it.", "John F. Kennedy spoke."], id="variable-vs-initial"),
         pytest.param('He said "it is durable." Nobody objected.', ['He said "it is durable."', "Nobody objected."],
                      id="closing-quote"),
         pytest.param("Was it replayed? Yes... All of it.", ["Was it replayed?", "Yes...", "All of it."], id="question-ellipsis"),
@@ -55,3 +59,12 @@ def test_offsets_point_into_the_source():
     for sentence in sentences:
         assert " ".join(text[sentence.start:sentence.end].split()) == sentence.text
     assert [s.start for s in sentences] == sorted(s.start for s in sentences)
+
+
+def test_long_text_splits_in_linear_time():
+    paragraph = "Dr. Lee measured 3.5 ms on the U.S. cluster, e.g. with J. R. Smith. It worked! Then it stopped. " * 20
+    text = "\n\n".join([paragraph] * 1000)
+    started = time.perf_counter()
+    sentences = split_sentences(text)
+    assert len(sentences) == 3 * 20 * 1000
+    assert time.perf_counter() - started < 20

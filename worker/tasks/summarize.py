@@ -16,7 +16,7 @@ from worker.encoder import get_encoder
 from worker.sentences import Sentence, split_sentences
 from worker.tasks.base import BatchTask, Document, register_task
 
-MIN_CANDIDATE_WORDS = 4
+MIN_CANDIDATE_WORDS = 6
 # A sentence this similar to one already picked adds nothing; skip it while others remain.
 REDUNDANCY_THRESHOLD = 0.92
 _ENDS_LIKE_A_SENTENCE = re.compile(r"[.!?…][\"'”’)\]]*$")
