@@ -27,7 +27,7 @@ from worker.llm.random_checkpoint import LLAMA_31_8B_SHAPE, llama_config
 from worker.llm.runtime import runtime_for
 from worker.llm.session import Session
 
-IMPL_NAMES = {"sdpa": "sdpa", "fa3_bf16": "fa3fp8-bf16", "fa3_fp8": "fa3fp8-fp8"}
+IMPL_NAMES = {"fa3_fp8": "fa3fp8-fp8", "fa3_bf16": "fa3fp8-bf16", "sdpa": "sdpa"}
 GB = 1e9
 
 
@@ -53,19 +53,21 @@ def release() -> None:
 
 
 def prefill_row(runtime, ids: list[int], mode: str) -> dict:
-    """Prefill `ids` in a fresh Session; tokens/s and peak memory."""
+    """Prefill `ids` in a fresh Session; tokens/s and peak memory (or the error, so the other rows still run)."""
+    row = {"impl": IMPL_NAMES[runtime.attention_impl], "tokens": len(ids), "prefill": mode,
+           "chunk_tokens": min(runtime.prefill_chunk_tokens, len(ids))}
     release()
     session = Session(runtime)
-    session.prefill(ids)
-    row = {
-        "impl": IMPL_NAMES[runtime.attention_impl],
-        "tokens": len(ids),
-        "prefill": mode,
-        "chunk_tokens": min(runtime.prefill_chunk_tokens, len(ids)),
-        "prefill_s": round(session.usage.prefill_s, 3),
-        "tokens_per_s": round(len(ids) / session.usage.prefill_s, 1),
-        "peak_gb": round(torch.cuda.max_memory_allocated() / GB, 2),
-    }
+    try:
+        session.prefill(ids)
+    except Exception as error:  # out of memory, or a shape the kernels refuse: reported in the row
+        row["error"] = f"{type(error).__name__}: {error}"[:300]
+    else:
+        row.update({
+            "prefill_s": round(session.usage.prefill_s, 3),
+            "tokens_per_s": round(len(ids) / session.usage.prefill_s, 1),
+            "peak_gb": round(torch.cuda.max_memory_allocated() / GB, 2),
+        })
     del session
     release()
     return row
@@ -74,27 +76,31 @@ def prefill_row(runtime, ids: list[int], mode: str) -> dict:
 def decode_rows(runtime, ids: list[int], steps: int) -> list[dict]:
     """Milliseconds per generated token after prefilling `ids`, per decode-attention choice."""
     session = Session(runtime)
-    session.prefill(ids)
-    mark = session.checkpoint()
     choices = ["sdpa"] if runtime.attention_impl == "sdpa" else ["kernel", "sdpa"]
     rows = []
-    for choice in choices:
-        set_decode_attention(choice)
-        session.usage.decode_s = 0.0
-        try:
-            session.generate(2)
+    try:
+        session.prefill(ids)
+        mark = session.checkpoint()
+        for choice in choices:
+            set_decode_attention(choice)
+            row = {"impl": IMPL_NAMES[runtime.attention_impl], "context": len(ids), "decode_attention": choice}
+            try:
+                session.generate(2)
+                session.rollback(mark)
+                session.usage.decode_s = 0.0
+                generated = session.generate(steps)
+                row["ms_per_token"] = round(1000 * session.usage.decode_s / len(generated), 3)
+            except Exception as error:  # a decode path the kernels do not serve is reported, not fatal
+                row["error"] = f"{type(error).__name__}: {error}"[:300]
+            rows.append(row)
             session.rollback(mark)
-            session.usage.decode_s = 0.0
-            generated = session.generate(steps)
-            rows.append({"impl": IMPL_NAMES[runtime.attention_impl], "context": len(ids), "decode_attention": choice,
-                         "ms_per_token": round(1000 * session.usage.decode_s / len(generated), 3)})
-        except Exception as error:  # a decode path the kernels do not serve is reported, not fatal
-            rows.append({"impl": IMPL_NAMES[runtime.attention_impl], "context": len(ids), "decode_attention": choice,
-                         "error": f"{type(error).__name__}: {error}"[:300]})
-        session.rollback(mark)
-    set_decode_attention("sdpa")
-    del session
-    release()
+    except Exception as error:
+        rows.append({"impl": IMPL_NAMES[runtime.attention_impl], "context": len(ids),
+                     "error": f"{type(error).__name__}: {error}"[:300]})
+    finally:
+        set_decode_attention("sdpa")
+        del session
+        release()
     return rows
 
 
@@ -151,7 +157,11 @@ def benchmark(model, tokenizer, args, report: dict, save) -> None:
     ids = torch.randint(1000, tokenizer.vocab_size, (max(args.tokens),), generator=generator).tolist()
     for impl in args.impls:
         runtime = runtime_for(model, tokenizer, attention_impl=impl, prefill_chunk_tokens=args.chunk_tokens)
-        Session(runtime).prefill(ids[: 2 * args.chunk_tokens])  # compile / autotune outside the timings
+        warmup = prefill_row(runtime, ids[: 2 * args.chunk_tokens], "warmup")  # compile / autotune untimed
+        if "error" in warmup:
+            report["rows"].append(warmup)
+            save()
+            continue
         for tokens in args.tokens:
             report["rows"].append(prefill_row(runtime, ids[:tokens], "chunked"))
             print(json.dumps(report["rows"][-1]), flush=True)
