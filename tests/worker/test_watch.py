@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 
 import pytest
 
 from core.jobs import JobStatus
+from core.logging import configure_logging
 from core.service import JobService
+from core.settings import Settings
 from worker.watch import DropWatcher, RefusedObject, check_relative_key
 
 TEXT = "Dropped documents become jobs. Each object version is claimed once. Results land under the tenant."
@@ -20,6 +23,16 @@ def drop(offline_service: JobService, test_bucket: str) -> tuple[DropWatcher, st
     prefix = f"s3://{test_bucket}/drop-{uuid.uuid4().hex[:8]}"
     offline_service.settings = offline_service.settings.model_copy(update={"watch_uri": prefix + "/"})
     return DropWatcher(offline_service.settings, offline_service), prefix
+
+
+@pytest.fixture
+def stdlib_logging():
+    """Route structlog through the standard library (as the services do), restoring the root logger after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    configure_logging(Settings(_env_file=None, log_json=True))
+    yield
+    root.handlers[:], root.level = handlers, level
 
 
 def claim_values(watcher: DropWatcher) -> list[str]:
@@ -86,14 +99,15 @@ def test_concurrent_watchers_submit_each_object_once(drop, offline_service: JobS
     ids=["dotdot", "control-char", "absolute", "empty-segment", "backslash", "unsupported", "unknown-folder",
          "top-level"],
 )
-def test_odd_keys_are_refused_once_with_a_logged_reason(drop, offline_service: JobService, key: str, reason: str,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_odd_keys_are_refused_once_with_a_logged_reason(stdlib_logging, drop, offline_service: JobService, key: str,
+                                                        reason: str, caplog: pytest.LogCaptureFixture) -> None:
     watcher, prefix = drop
     offline_service.storage.put(f"{prefix}/{key}", TEXT.encode())
     assert watcher.poll() == []
     [claim] = claim_values(watcher)
     assert claim.startswith("refused: ") and reason in claim
-    assert "dropped object refused" in capsys.readouterr().out + capsys.readouterr().err
+    [logged] = [r.msg for r in caplog.records if "dropped object refused" in str(r.msg)]
+    assert logged["key"] == repr(key) and reason in logged["reason"]
     assert watcher.poll() == []
 
 
