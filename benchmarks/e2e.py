@@ -196,7 +196,8 @@ def main() -> None:
     weights_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / GB
     report = {
         "gpu": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "transformers": transformers.__version__, "model": "Llama-3.1-8B shape, random bf16",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "model": "Llama-3.1-8B shape, random bf16",
         "weights_gb": round(weights_gb, 2), "rows": [], "decode": [],
     }
 

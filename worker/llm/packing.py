@@ -88,7 +88,9 @@ def packed_outputs(
     """
     if output not in ("hidden", "logprobs"):
         raise ValueError(f"output must be 'hidden' or 'logprobs', got {output!r}")
-    budget = runtime.pack_token_budget if output == "hidden" else min(runtime.pack_token_budget, logits_chunk_tokens(runtime))
+    budget = runtime.pack_token_budget
+    if output == "logprobs":
+        budget = min(budget, logits_chunk_tokens(runtime))
     results: list[PackedOutput | None] = [None] * len(sequences)
     for pack in plan_packs([len(sequence) for sequence in sequences], budget):
         synchronize(runtime.device)
@@ -98,7 +100,9 @@ def packed_outputs(
             out = runtime.model.get_decoder()(input_ids=batch.input_ids, use_cache=False, **batch.attention_kwargs())
             per_sequence = batch.split(out.last_hidden_state[0].float())
         else:
-            out = runtime.model(input_ids=batch.input_ids, use_cache=False, logits_to_keep=0, **batch.attention_kwargs())
+            out = runtime.model(
+                input_ids=batch.input_ids, use_cache=False, logits_to_keep=0, **batch.attention_kwargs()
+            )
             per_sequence = [
                 F.log_softmax(logits[:-1].float(), dim=-1).gather(1, ids[1:, None]).squeeze(1)
                 for logits, ids in zip(batch.split(out.logits[0]), batch.split(batch.input_ids[0]))

