@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from core.documents import JSONL_SUFFIX, SUPPORTED_SUFFIXES, DocumentError, parse_jsonl
 from core.jobs import JobRequest
-from core.storage import Storage, join_uri
+from core.storage import AccessDenied, ObjectNotFound, Storage, join_uri
 
 CHARS_PER_TOKEN = 4
 
@@ -128,8 +128,8 @@ def refs_from_prefix(
     of each JSONL object. Raises InvalidJobError("input_uri", ...) if there are none."""
     try:
         objects = [info for info in storage.list(input_uri) if is_document_name(info.relative_key or info.uri)]
-    except Exception as exc:
-        raise InvalidJobError("input_uri", f"cannot list {input_uri}: {exc}") from exc
+    except (ObjectNotFound, AccessDenied) as exc:
+        raise InvalidJobError("input_uri", f"cannot list {input_uri}: {exc}") from None
     if not objects:
         raise InvalidJobError("input_uri", f"no documents ({', '.join(SUPPORTED_SUFFIXES)}, .jsonl) at {input_uri}")
     refs: list[DocRef] = []

@@ -65,6 +65,7 @@ class JobService:
             first = exc.errors()[0]
             where = ".".join(["options", *(str(part) for part in first["loc"])])
             raise InvalidJobError(where, first["msg"]) from None
+        self._check_sources(request, tenant)
         if request.idempotency_key:
             existing = self.state.idempotent_job_id(tenant, request.idempotency_key)
             if existing and (job := self.state.get(existing)) is not None:
@@ -106,6 +107,17 @@ class JobService:
             raise
         log.info("job submitted", documents=len(refs))
         return job
+
+    def _check_sources(self, request: JobRequest, tenant: str) -> None:
+        """Refuse inputs that would read the job files of other tenants (the service's output area)."""
+        area = self.settings.output_uri + "/"
+        own = f"{area}{tenant}/"
+        sources = [(f"documents[{i}].uri", d.uri) for i, d in enumerate(request.documents or []) if d.uri]
+        if request.input_uri:
+            sources.append(("input_uri", request.input_uri))
+        for field, uri in sources:
+            if (uri.startswith(area) or area.startswith(uri)) and not uri.startswith(own):
+                raise InvalidJobError(field, "may not read the job files of other tenants")
 
     def get(self, tenant: str, job_id: str) -> Job | None:
         """The tenant's job, or None (also for another tenant's job)."""

@@ -22,7 +22,11 @@ CHUNK_BYTES = 1024 * 1024
 
 
 class ObjectNotFound(FileNotFoundError):
-    """The named object does not exist."""
+    """The named object (or its bucket) does not exist."""
+
+
+class AccessDenied(PermissionError):
+    """The service's credentials may not read the named object or bucket."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,14 @@ class Storage(ABC):
         """A time-limited URL to download `uri`, or None where the backend has none."""
 
 
-def _is_missing(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code", "") in ("404", "NoSuchKey", "NotFound")
+def _client_error(exc: ClientError, uri: str) -> Exception:
+    """The storage error for an S3 client error about `uri`: ObjectNotFound, AccessDenied, or `exc` itself."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    if code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+        return ObjectNotFound(uri)
+    if code in ("403", "AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return AccessDenied(f"access denied to {uri} ({code})")
+    return exc
 
 
 class S3Storage(Storage):
@@ -120,43 +130,46 @@ class S3Storage(Storage):
         try:
             return self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except ClientError as exc:
-            if _is_missing(exc):
-                raise ObjectNotFound(uri) from None
-            raise
+            raise _client_error(exc, uri) from None
 
     def exists(self, uri: str) -> bool:
         bucket, key = split_s3_uri(uri)
         try:
             self._client.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
-            if _is_missing(exc):
+            if isinstance(_client_error(exc, uri), ObjectNotFound):
                 return False
             raise
         return True
 
     def list(self, prefix_uri: str) -> Iterator[ObjectInfo]:
         bucket, prefix = split_s3_uri(prefix_uri)
-        paginator = self._client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                key = item["Key"]
-                if key.endswith("/"):
-                    continue
-                yield ObjectInfo(
-                    uri=f"s3://{bucket}/{key}",
-                    relative_key=key[len(prefix):].lstrip("/"),
-                    size=item["Size"],
-                    etag=item.get("ETag", "").strip('"'),
-                )
+        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        try:
+            for page in pages:
+                yield from self._listed(bucket, prefix, page)
+        except ClientError as exc:
+            raise _client_error(exc, prefix_uri) from None
+
+    @staticmethod
+    def _listed(bucket: str, prefix: str, page: dict) -> Iterator[ObjectInfo]:
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if key.endswith("/"):
+                continue
+            yield ObjectInfo(
+                uri=f"s3://{bucket}/{key}",
+                relative_key=key[len(prefix):].lstrip("/"),
+                size=item["Size"],
+                etag=item.get("ETag", "").strip('"'),
+            )
 
     def stream(self, uri: str) -> Iterator[bytes]:
         bucket, key = split_s3_uri(uri)
         try:
             body = self._client.get_object(Bucket=bucket, Key=key)["Body"]
         except ClientError as exc:
-            if _is_missing(exc):
-                raise ObjectNotFound(uri) from None
-            raise
+            raise _client_error(exc, uri) from None
         return body.iter_chunks(CHUNK_BYTES)
 
     def presigned_url(self, uri: str, expires_s: int) -> str | None:

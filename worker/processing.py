@@ -16,7 +16,7 @@ from core.jobs import JobStatus
 from core.logging import get_logger
 from core.settings import Settings
 from core.state import JobState
-from core.storage import ObjectNotFound, Storage
+from core.storage import AccessDenied, ObjectNotFound, Storage
 from core.task_specs import validate_options
 from worker.outputs import doc_record, doc_uri, write_doc_record, write_job_outputs
 from worker.tasks import Document, Task, get_task
@@ -48,6 +48,8 @@ class DocumentReader:
                 data = self.storage.get(ref.uri)
             except ObjectNotFound:
                 raise DocumentError(f"{ref.name}: no object at {ref.uri}", ref.id) from None
+            except AccessDenied as exc:
+                raise DocumentError(f"{ref.name}: {exc}", ref.id) from None
             text = extract_text(ref.name, data, self.max_bytes)
         return Document(id=ref.id, text=text, metadata={"name": ref.name, "uri": ref.uri})
 
@@ -55,8 +57,8 @@ class DocumentReader:
         if uri != self._jsonl_uri:
             try:
                 data = self.storage.get(uri)
-            except ObjectNotFound:
-                raise DocumentError(f"no object at {uri}") from None
+            except (ObjectNotFound, AccessDenied) as exc:
+                raise DocumentError(f"cannot read {uri}: {exc}") from None
             self._jsonl_entries = parse_jsonl(data, self.max_bytes)
             self._jsonl_uri = uri
         return self._jsonl_entries

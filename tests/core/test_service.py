@@ -95,6 +95,27 @@ def test_bad_submissions_raise_invalid_job_error_naming_the_field(
     assert queued_messages(service) == []
 
 
+@pytest.mark.parametrize(
+    ("source", "field"),
+    [
+        ({"documents": [{"uri": "s3://docflash-test/jobs/beta/j1/results.jsonl"}]}, "documents[0].uri"),
+        ({"input_uri": "s3://docflash-test/jobs/beta/"}, "input_uri"),
+        ({"input_uri": "s3://docflash-test/jo"}, "input_uri"),
+    ],
+    ids=["other-tenant-object", "other-tenant-prefix", "prefix-spanning-all-tenants"],
+)
+def test_inputs_may_not_read_other_tenants_job_files(service: JobService, source: dict, field: str) -> None:
+    with pytest.raises(InvalidJobError, match="other tenants") as caught:
+        service.submit(JobRequest(task="noop", **source), "acme")
+    assert caught.value.field == field
+
+
+def test_a_missing_input_bucket_is_refused_naming_input_uri(service: JobService) -> None:
+    with pytest.raises(InvalidJobError, match="cannot list") as caught:
+        service.submit(JobRequest(task="noop", input_uri="s3://no-such-bucket-here/in/"), "acme")
+    assert caught.value.field == "input_uri"
+
+
 def test_bad_tenant_names_are_refused(service: JobService) -> None:
     with pytest.raises(ValueError, match="tenant"):
         service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "../etc")
