@@ -1,4 +1,7 @@
-"""Dependencies of the routes, as Annotated aliases: the settings, the job service and the caller's tenant."""
+"""Dependencies of the routes, as Annotated aliases: the settings, the job service and the caller's tenant.
+
+They are `async def` although they do not wait on anything: FastAPI runs plain `def` dependencies in its thread
+pool, and a thread hop costs more than these take."""
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,17 +15,17 @@ from core.settings import Settings
 _bearer = HTTPBearer(auto_error=False, description="an API key issued to your tenant")
 
 
-def app_settings(request: Request) -> Settings:
+async def app_settings(request: Request) -> Settings:
     """The settings the app was built with."""
     return request.app.state.settings
 
 
-def job_service(request: Request) -> JobService:
+async def job_service(request: Request) -> JobService:
     """The app's job service."""
     return request.app.state.service
 
 
-def authenticated_tenant(
+async def authenticated_tenant(
     request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> str:
     """The tenant of the request's bearer API key; 401 without a valid one."""

@@ -18,7 +18,7 @@ _probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="readyz")
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")
-def healthz() -> Health:
+async def healthz() -> Health:
     """The process is up and serving requests."""
     return Health(status="ok")
 

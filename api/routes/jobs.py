@@ -3,6 +3,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
+from pydantic import BaseModel
 
 from api.deps import ServiceDep, SettingsDep, TenantDep
 from api.errors import ApiError
@@ -39,6 +40,12 @@ def _check_limits(request: JobRequest, settings: Settings) -> None:
             )
 
 
+def _json(model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`model` as a JSON response, serialized once here: returning the model would make FastAPI validate it
+    again and serialize it on another thread hop."""
+    return Response(model.model_dump_json(), status_code=status_code, media_type="application/json", headers=headers)
+
+
 def _invalid(exc: InvalidJobError) -> ApiError:
     return ApiError(422, "invalid_request", str(exc), field=exc.field)
 
@@ -56,14 +63,13 @@ def _not_found(job_id: str) -> ApiError:
 )
 def submit_job(
     request: JobRequest,
-    response: Response,
     tenant: TenantDep,
     service: ServiceDep,
     settings: SettingsDep,
     idempotency_key: Annotated[
         str | None, Header(description="same as the body's `idempotency_key`; the same key returns the same job")
     ] = None,
-) -> Job:
+) -> Response:
     """Queue `task` over inline documents, document URIs or everything under `input_uri`. Answers 202 with the
     job; poll `GET /v1/jobs/{id}` until its status is final."""
     if idempotency_key is not None:
@@ -80,8 +86,7 @@ def submit_job(
         job = service.submit(request, tenant)
     except InvalidJobError as exc:
         raise _invalid(exc) from None
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return job
+    return _json(job, 202, {"Location": f"/v1/jobs/{job.id}"})
 
 
 @router.get("", response_model=JobPage, responses={422: _ERRORS[422]}, summary="List jobs")
@@ -91,32 +96,32 @@ def list_jobs(
     status: Annotated[JobStatus | None, Query(description="only jobs in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="jobs per page")] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
-) -> JobPage:
+) -> Response:
     """The tenant's jobs, newest first, a page at a time."""
     try:
         jobs, next_cursor = service.list(tenant, status=status, limit=limit, cursor=cursor)
     except InvalidJobError as exc:
         raise _invalid(exc) from None
-    return JobPage(jobs=jobs, next_cursor=next_cursor)
+    return _json(JobPage(jobs=jobs, next_cursor=next_cursor))
 
 
 @router.get("/{job_id}", response_model=Job, responses={404: _ERRORS[404]}, summary="Get a job")
-def get_job(job_id: str, tenant: TenantDep, service: ServiceDep) -> Job:
+def get_job(job_id: str, tenant: TenantDep, service: ServiceDep) -> Response:
     """The job's status, document counts, timestamps and output location."""
     job = service.get(tenant, job_id)
     if job is None:
         raise _not_found(job_id)
-    return job
+    return _json(job)
 
 
 @router.post("/{job_id}/cancel", response_model=Job, responses={404: _ERRORS[404]}, summary="Cancel a job")
-def cancel_job(job_id: str, tenant: TenantDep, service: ServiceDep) -> Job:
+def cancel_job(job_id: str, tenant: TenantDep, service: ServiceDep) -> Response:
     """Skip the job's documents that have not started; results so far are kept and the job ends `cancelled`.
     A finished job is returned unchanged."""
     job = service.cancel(tenant, job_id)
     if job is None:
         raise _not_found(job_id)
-    return job
+    return _json(job)
 
 
 def _output(
