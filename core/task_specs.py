@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 # Position embeddings of the MiniLM encoder; a chunk (with its two special tokens) must fit in them.
 ENCODER_MAX_CHUNK_TOKENS = 510
@@ -32,14 +32,15 @@ class StatsOptions(_Options):
 class EmbedOptions(_Options):
     """`embed`: one vector per document, the token-weighted mean of its chunks' embeddings."""
 
-    chunk_tokens: int = Field(256, ge=8, le=32768, description="tokens per chunk")
     model: Literal["encoder", "llm"] = "encoder"
+    chunk_tokens: int = Field(256, ge=8, le=32768, description="tokens per chunk")
 
-    @model_validator(mode="after")
-    def _chunk_fits_the_encoder(self) -> EmbedOptions:
-        if self.model == "encoder" and self.chunk_tokens > ENCODER_MAX_CHUNK_TOKENS:
-            raise ValueError(f"chunk_tokens must be at most {ENCODER_MAX_CHUNK_TOKENS} with model='encoder'")
-        return self
+    @field_validator("chunk_tokens")
+    @classmethod
+    def _chunk_fits_the_encoder(cls, chunk_tokens: int, info: ValidationInfo) -> int:
+        if info.data.get("model") == "encoder" and chunk_tokens > ENCODER_MAX_CHUNK_TOKENS:
+            raise ValueError(f"must be at most {ENCODER_MAX_CHUNK_TOKENS} with model='encoder'")
+        return chunk_tokens
 
 
 class SummarizeOptions(_Options):
@@ -51,13 +52,12 @@ class SummarizeOptions(_Options):
     prompt: str | None = Field(None, min_length=1, max_length=4000)
     map_reduce: bool = False
 
-    @model_validator(mode="after")
-    def _llm_options_need_abstractive(self) -> SummarizeOptions:
-        if self.method == "extractive":
-            for name in ("prompt", "map_reduce"):
-                if getattr(self, name):
-                    raise ValueError(f"{name} applies only to method='abstractive'")
-        return self
+    @field_validator("prompt", "map_reduce")
+    @classmethod
+    def _llm_options_need_abstractive(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("method") == "extractive":
+            raise ValueError("applies only to method='abstractive'")
+        return value
 
 
 class ExtractOptions(_Options):
