@@ -113,6 +113,16 @@ def test_pdf_keeps_pages_in_order():
     assert positions == sorted(positions)
 
 
+def _encrypted_pdf() -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(text_pdf([("paragraph", PROSE)]))))
+    writer.encrypt("secret", algorithm="RC4-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
 def _zip_with(member: str, payload: bytes) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -125,6 +135,7 @@ def _zip_with(member: str, payload: bytes) -> bytes:
     [
         pytest.param("scan.pdf", b"%PDF-1.4\n1 0 obj <<\nthis is not a pdf", "not a readable PDF", id="corrupt-pdf"),
         pytest.param("scan.pdf", text_pdf([]), "no text layer", id="pdf-without-text"),
+        pytest.param("locked.pdf", _encrypted_pdf(), "encrypted with a password", id="encrypted-pdf"),
         pytest.param("blob.docx", os.urandom(3000), "not a readable .docx", id="docx-not-a-zip"),
         pytest.param("blob.docx", _zip_with("hello.txt", b"hi"), "not a readable .docx", id="docx-wrong-zip"),
         pytest.param("bomb.docx", _zip_with("word/document.xml", b" " * 40_000_000), "zip bomb", id="docx-zip-bomb"),
