@@ -19,46 +19,60 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _softmax_pv(
+    acc, l_i, m_i, vs_prev, s, n0, desc_v, VS, kblk, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k, diag,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
+    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr,
+):
+    """Online softmax of one raw score tile s = Q·K[n0:n0+BLOCK_N]ᵀ (FlashAttention-2 rescaling, base 2), then
+    acc += P·V. FP8: P is shifted by 2**P_SHIFT into e4m3's normal range."""
+    if MASKED:
+        # diagonal band / ragged end: key j is visible to query i when j < seqlen_k and j <= i + diag
+        cols = n0 + offs_n
+        visible = cols[None, :] < seqlen_k
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + diag)
+        s = tl.where(visible, s * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - (m_use[:, None] - P_SHIFT))
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
+        m_use = m_new
+        p = tl.math.exp2(s * scale - (m_use[:, None] - P_SHIFT))
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if IS_FP8:
+        # acc is kept in units of the current V tile's scale: acc_true = acc * vs
+        vs = tl.load(VS + kblk + n0 // BLOCK_N)
+        acc = acc * (alpha * (vs_prev / vs))[:, None]
+        vs_prev = vs
+        v = desc_v.load([hk * D, vcol + n0]).T
+        acc = tl.dot(to_e4m3(p, ROUND_FIRST), v, acc)
+    else:
+        acc = acc * alpha[:, None]
+        v = desc_v.load([k_start + n0, hk * D])
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new, vs_prev
+
+
+@triton.jit
 def _attn_tiles(
     acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, lo, hi,
     offs_m, offs_n, seqlen_k, diag,
     D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, WARP_SPEC: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
-    for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        k = desc_k.load([k_start + n0, hk * D])
-        s = tl.dot(q, k.T)
+    """Key tiles [lo, hi): QKᵀ, online softmax, PV."""
+    for n0 in tl.range(lo, hi, BLOCK_N):
+        s = tl.dot(q, desc_k.load([k_start + n0, hk * D]).T)
         scale = qk_scale
         if IS_FP8:
             scale = scale * tl.load(KS + kblk + n0 // BLOCK_N)
-        if MASKED:
-            # diagonal band / ragged end: key j is visible to query i when j < seqlen_k and j <= i + diag
-            cols = n0 + offs_n
-            visible = cols[None, :] < seqlen_k
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + diag)
-            s = tl.where(visible, s * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - (m_use[:, None] - P_SHIFT))
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
-            m_use = m_new
-            p = tl.math.exp2(s * scale - (m_use[:, None] - P_SHIFT))
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IS_FP8:
-            # acc is kept in units of the current V tile's scale: acc_true = acc * vs
-            vs = tl.load(VS + kblk + n0 // BLOCK_N)
-            acc = acc * (alpha * (vs_prev / vs))[:, None]
-            vs_prev = vs
-            v = desc_v.load([hk * D, vcol + n0]).T
-            acc = tl.dot(to_e4m3(p, ROUND_FIRST), v, acc)
-        else:
-            acc = acc * alpha[:, None]
-            v = desc_v.load([k_start + n0, hk * D])
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+        acc, l_i, m_i, vs_prev = _softmax_pv(
+            acc, l_i, m_i, vs_prev, s, n0, desc_v, VS, kblk, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k,
+            diag, D, BLOCK_N, MASKED, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST,
+        )
     return acc, l_i, m_i, vs_prev
 
 
@@ -67,7 +81,7 @@ def _attn_fwd(
     Q, K, V, O, LSE, QS, KS, VS, CU_Q, CU_K, CU_BQ, CU_BK,
     qk_scale, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
-    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WARP_SPEC: tl.constexpr,
+    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -83,57 +97,59 @@ def _attn_fwd(
     else:
         m_blk = pid_m
     m0 = m_blk * BLOCK_M
-    if m0 < seqlen_q:
-        if IS_FP8:
-            desc_v = tl.make_tensor_descriptor(V, shape=[HKV * D, v_cols], strides=[v_cols, 1], block_shape=[D, BLOCK_N])
-        else:
-            desc_v = tl.make_tensor_descriptor(V, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
-        desc_q = tl.make_tensor_descriptor(Q, shape=[total_q, H * D], strides=[H * D, 1], block_shape=[BLOCK_M, D])
-        desc_k = tl.make_tensor_descriptor(K, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
-        q = desc_q.load([q_start + m0, h * D])
-        kblk = 0  # this sequence's first K/V tile: scale index, and V column / BLOCK_N
-        vcol = 0
-        if IS_FP8:
-            qk_scale = qk_scale * tl.load(QS + h * n_blocks_q + tl.load(CU_BQ + b) + m_blk)
-            vcol = tl.load(CU_BK + b) * BLOCK_N
-            kblk = hk * n_blocks_k + tl.load(CU_BK + b)
+    if IS_FP8:
+        desc_v = tl.make_tensor_descriptor(V, shape=[HKV * D, v_cols], strides=[v_cols, 1], block_shape=[D, BLOCK_N])
+    else:
+        desc_v = tl.make_tensor_descriptor(V, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
+    desc_q = tl.make_tensor_descriptor(Q, shape=[total_q, H * D], strides=[H * D, 1], block_shape=[BLOCK_M, D])
+    desc_k = tl.make_tensor_descriptor(K, shape=[total_k, HKV * D], strides=[HKV * D, 1], block_shape=[BLOCK_N, D])
+    q = desc_q.load([q_start + m0, h * D])
+    kblk = 0  # this sequence's first K/V tile: scale index, and V column / BLOCK_N
+    vcol = 0
+    if IS_FP8:
+        qk_scale = qk_scale * tl.load(QS + h * n_blocks_q + tl.load(CU_BQ + b) + m_blk, mask=m0 < seqlen_q, other=1.0)
+        vcol = tl.load(CU_BK + b) * BLOCK_N
+        kblk = hk * n_blocks_k + tl.load(CU_BK + b)
 
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        offs_n = tl.arange(0, BLOCK_N)
-        diag = seqlen_k - seqlen_q  # bottom-right causal alignment
-        if CAUSAL:
-            hi = tl.maximum(tl.minimum(seqlen_k, m0 + BLOCK_M + diag), 0)
-            n_full = tl.maximum(tl.minimum(seqlen_k, m0 + 1 + diag), 0) // BLOCK_N * BLOCK_N
-        else:
-            hi = seqlen_k
-            n_full = seqlen_k // BLOCK_N * BLOCK_N
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    diag = seqlen_k - seqlen_q  # bottom-right causal alignment
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(seqlen_k, m0 + BLOCK_M + diag), 0)
+        n_full = tl.maximum(tl.minimum(seqlen_k, m0 + 1 + diag), 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        n_full = seqlen_k // BLOCK_N * BLOCK_N
+    # tiles past this sequence's end (varlen) run no iterations and store nothing
+    hi = tl.where(m0 < seqlen_q, hi, 0)
+    n_full = tl.where(m0 < seqlen_q, n_full, 0)
 
-        acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        vs_prev = tl.full([], 1.0, tl.float32)
-        # off-band: tiles every row of this block sees entirely
-        acc, l_i, m_i, vs_prev = _attn_tiles(
-            acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, 0, n_full,
-            offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, False, CAUSAL, IS_FP8, P_SHIFT, WARP_SPEC, ROUND_FIRST,
-        )
-        # diagonal band and ragged end
-        acc, l_i, m_i, vs_prev = _attn_tiles(
-            acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, n_full, hi,
-            offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, True, CAUSAL, IS_FP8, P_SHIFT, False, ROUND_FIRST,
-        )
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    vs_prev = tl.full([], 1.0, tl.float32)
+    # off-band: tiles every row of this block sees entirely
+    acc, l_i, m_i, vs_prev = _attn_tiles(
+        acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, 0, n_full,
+        offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, False, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST,
+    )
+    # diagonal band and ragged end
+    acc, l_i, m_i, vs_prev = _attn_tiles(
+        acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, n_full, hi,
+        offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, True, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST,
+    )
 
-        # epilogue: normalize; fully masked rows (l = 0) give zeros and lse = -inf
-        if IS_FP8:
-            acc = acc * vs_prev
-        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-        out = acc / l_safe[:, None]
-        lse = (m_i - P_SHIFT + tl.math.log2(l_i)) * 0.6931471805599453
-        offs_d = tl.arange(0, D)
-        row_ok = offs_m < seqlen_q
-        o_ptrs = O + (q_start + offs_m)[:, None] * (H * D) + h * D + offs_d[None, :]
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
-        tl.store(LSE + h * total_q + q_start + offs_m, lse, mask=row_ok)
+    # epilogue: normalize; fully masked rows (l = 0) give zeros and lse = -inf
+    if IS_FP8:
+        acc = acc * vs_prev
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = (m_i - P_SHIFT + tl.math.log2(l_i)) * 0.6931471805599453
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < seqlen_q
+    o_ptrs = O + (q_start + offs_m)[:, None] * (H * D) + h * D + offs_d[None, :]
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + h * total_q + q_start + offs_m, lse, mask=row_ok)
 
 
 def _prune(configs_, named_args, **kwargs):
@@ -158,10 +174,11 @@ def seq_bucket(max_seqlen: int) -> int:
 
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-    q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None,
+    q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
 ):
     """Launch the forward kernel on packed tensors. BF16/FP16: q (Tq, H, D), k/v (Tk, Hkv, D). FP8 (when scales
-    are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N). Returns out (Tq, H, D) and lse (H, Tq) fp32."""
+    are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N). Returns out (Tq, H, D) and
+    lse (H, Tq) fp32, and the compiled kernel; `config` (a triton.Config) bypasses autotuning."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
@@ -169,7 +186,7 @@ def attention_fwd(
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
     if total_q == 0 or batch == 0:
-        return out, lse
+        return out, lse, None
     if is_fp8:
         scales = (q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k)
         v_cols, n_blocks_q, n_blocks_k = v.shape[-1], q_scale.shape[-1], k_scale.shape[-1]
@@ -181,12 +198,15 @@ def attention_fwd(
     scalars = (softmax_scale * LOG2E, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket(max_seqlen_q))
     consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8, P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
                   ROUND_FIRST=env.interpreting())
-    if env.interpreting():
-        cfg = configs.interpret_config()
-        grid = (triton.cdiv(max_seqlen_q, cfg.kwargs["BLOCK_M"]), batch * heads)
-        _attn_fwd[grid](*args, *scalars, **consts, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    else:
-        triton.set_allocator(_alloc)
+    if config is None and env.interpreting():
+        config = configs.interpret_config()
+    triton.set_allocator(_alloc)
+    if config is None:
         grid = lambda meta: (triton.cdiv(max_seqlen_q, meta["BLOCK_M"]), batch * heads)  # noqa: E731
-        _attn_fwd_tuned[grid](*args, *scalars, **consts)
-    return out, lse
+        kernel = _attn_fwd_tuned[grid](*args, *scalars, **consts)
+    else:
+        grid = (triton.cdiv(max_seqlen_q, config.kwargs["BLOCK_M"]), batch * heads)
+        kernel = _attn_fwd[grid](
+            *args, *scalars, **consts, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages
+        )
+    return out, lse, kernel

@@ -1,7 +1,7 @@
-"""Autotune configs of the attention kernel, pruned per (head dim, dtype) by `keep`.
+"""Autotune configs of the attention kernel: a few per (head dim, BF16/FP8), chosen by the H200 sweep
+(`benchmarks/attention.py sweep`, numbers in kernels/NOTES.md); `keep` prunes the list to one key's configs.
 
-Every config listed here was run on the H200 and its output checked against the fp64 reference
-(benchmarks/gpu_check.sh); warp-specialized configs that gave NaN there are left out.
+Every config listed was run on the H200 and its output checked against the fp64 reference.
 """
 
 import triton
@@ -11,25 +11,28 @@ from . import env
 # FP8 scales are per tile, so the FP8 kernel's tiles are fixed per head dim and shared with the quantizer.
 FP8_BLOCKS = {64: (128, 128), 128: (128, 128), 256: (128, 128)}
 INTERPRET_BLOCKS = (32, 32)
-SMEM_BYTES = 227 * 1024
 
 
-def _config(block_m, block_n, warps, stages, warp_spec=False):
-    return triton.Config(
-        {"BLOCK_M": block_m, "BLOCK_N": block_n, "WARP_SPEC": warp_spec}, num_warps=warps, num_stages=stages
-    )
+def _config(block_m, block_n, warps, stages):
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
 
 
-CONFIGS = [
-    _config(128, 128, 8, 2),
-    _config(128, 128, 8, 3),
-    _config(128, 64, 8, 2),
-    _config(128, 64, 8, 3),
-    _config(128, 64, 4, 3),
-    _config(64, 64, 4, 3),
-    _config(128, 128, 8, 2, True),
-    _config(128, 64, 8, 2, True),
-]
+# (head dim, fp8) -> configs, fastest first (FA3FP8_AUTOTUNE=0 takes the first)
+TUNED = {
+    (64, False): [_config(128, 64, 4, 3), _config(128, 128, 8, 3), _config(128, 64, 8, 3)],
+    (128, False): [_config(128, 128, 8, 3), _config(128, 64, 8, 3), _config(64, 64, 4, 3)],
+    (256, False): [_config(128, 64, 8, 2), _config(64, 64, 4, 3)],
+    (64, True): [_config(128, 128, 8, 3), _config(128, 128, 8, 4)],
+    (128, True): [_config(128, 128, 8, 3), _config(128, 128, 8, 4)],
+    (256, True): [_config(128, 128, 8, 3), _config(128, 128, 8, 2)],
+}
+
+
+def _signature(config: triton.Config):
+    return tuple(sorted(config.kwargs.items())), config.num_warps, config.num_stages
+
+
+CONFIGS = list({_signature(c): c for tuned in TUNED.values() for c in tuned}.values())
 
 
 def fp8_blocks(d: int) -> tuple[int, int]:
@@ -37,23 +40,16 @@ def fp8_blocks(d: int) -> tuple[int, int]:
     return INTERPRET_BLOCKS if env.interpreting() else FP8_BLOCKS[d]
 
 
-def smem_bytes(block_m: int, block_n: int, stages: int, d: int, elem: int) -> int:
-    """Shared memory of one program: the Q tile plus `stages` K and V tiles."""
-    return elem * d * (block_m + 2 * stages * block_n)
-
-
 def keep(config: triton.Config, d: int, fp8: bool) -> bool:
-    """Whether `config` suits head dim `d` (fits shared memory; FP8 tiles match the quantization blocks)."""
-    kw = config.kwargs
-    if fp8 and (kw["BLOCK_M"], kw["BLOCK_N"]) != fp8_blocks(d):
-        return False
-    elem = 1 if fp8 else 2
-    return smem_bytes(kw["BLOCK_M"], kw["BLOCK_N"], config.num_stages, d, elem) <= SMEM_BYTES
+    """Whether `config` is one of the tuned configs of (head dim `d`, BF16/FP8)."""
+    return _signature(config) in {_signature(c) for c in TUNED[(d, fp8)]}
 
 
 def prune(configs, named_args, **kwargs):
-    """Autotune's early pruning hook: the configs that `keep` accepts for this launch."""
-    kept = [c for c in configs if keep(c, named_args["D"], named_args["IS_FP8"])]
+    """Autotune's early pruning hook: the tuned configs of this launch's key, in TUNED's order (only the first
+    with FA3FP8_AUTOTUNE=0)."""
+    d, fp8 = named_args["D"], named_args["IS_FP8"]
+    kept = [c for t in TUNED[(d, fp8)] for c in configs if _signature(c) == _signature(t)]
     return kept if env.autotune() else kept[:1]
 
 

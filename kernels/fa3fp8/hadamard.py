@@ -27,12 +27,14 @@ def _signs(d: int) -> torch.Tensor:
     return torch.randint(0, 2, (d,), generator=gen, dtype=torch.int64).to(torch.float64) * 2 - 1
 
 
+@functools.lru_cache(maxsize=None)
 def sign_hadamard(d: int, dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
-    """diag(signs) · H as a (d, d) matrix of ±1 entries (exact in bf16/fp16); divide the product by sqrt(d)."""
+    """diag(signs) · H as a (d, d) matrix of ±1 entries (exact in bf16/fp16); divide the product by sqrt(d).
+    Cached per (d, dtype, device): no host-to-device copy after the first call."""
     return (_signs(d)[:, None] * _sylvester(d)).to(dtype=dtype, device=device)
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
     """x · R along the last dim in float64, with R = diag(signs) · H / sqrt(d) orthogonal."""
     d = x.shape[-1]
-    return x.to(torch.float64) @ sign_hadamard(d, device=x.device) / d**0.5
+    return x.to(torch.float64) @ sign_hadamard(d, device=str(x.device)) / d**0.5

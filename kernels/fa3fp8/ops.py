@@ -32,10 +32,11 @@ def _attn_varlen(
     if _use_triton(q):
         from .attention import attention_fwd
 
-        return attention_fwd(
+        out, lse, _ = attention_fwd(
             q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             softmax_scale, causal,
         )
+        return out, lse
     out, lse = attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal)
     return out.to(q.dtype), lse.to(torch.float32)
 
@@ -79,10 +80,11 @@ def _attn_fp8(
     if _use_triton(q8):
         from .attention import attention_fwd
 
-        return attention_fwd(
+        out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype,
         )
+        return out, lse
     qkv = QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
         max_seqlen_q, max_seqlen_k, block_m, block_n, True, out_dtype, None,

@@ -52,9 +52,9 @@ def _quantize_kernel(
         y = to_e4m3(x * (FP8_MAX / amax), ROUND_FIRST)
         tile = tl.load(CU_B + b) + blk
         if TRANSPOSE:
-            # whole tile, zero rows past the sequence's end included
+            # whole tile, zero rows past the sequence's end included; stored (D, BLOCK) so writes are coalesced
             cols = tile * BLOCK + tl.arange(0, BLOCK)
-            tl.store(Y + (h * D + offs_d)[None, :] * y_cols + cols[:, None], y)
+            tl.store(Y + (h * D + offs_d)[:, None] * y_cols + cols[None, :], tl.trans(y))
         else:
             tl.store(Y + (start + rows)[:, None] * (HX * D) + h * D + offs_d[None, :], y, mask=row_ok)
         tl.store(SCALE + h * n_blocks + tile, amax / FP8_MAX)
@@ -63,13 +63,14 @@ def _quantize_kernel(
 def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False):
     """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3.
 
-    Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose`, the fp32 scales (H, n_blocks) and the int32
-    tile offsets per sequence (cu_blocks).
+    Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose`, the fp32 scales
+    (H, n_blocks; entries past cu_blocks[-1] are unused and unset) and the int32 tile offsets per sequence
+    (cu_blocks).
     """
     total, heads, d = x.shape
     batch = cu_seqlens.shape[0] - 1
     cu_blocks, n_blocks = block_offsets(cu_seqlens, total, block)
-    scale = torch.ones((heads, n_blocks), dtype=torch.float32, device=x.device)
+    scale = torch.empty((heads, n_blocks), dtype=torch.float32, device=x.device)
     if transpose:
         y_cols = n_blocks * block
         y = torch.empty((heads, d, y_cols), dtype=torch.float8_e4m3fn, device=x.device)
@@ -78,7 +79,7 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False)
         y = torch.empty((total, heads, d), dtype=torch.float8_e4m3fn, device=x.device)
     if total == 0 or batch == 0:
         return y, scale, cu_blocks
-    r = sign_hadamard(d, dtype=x.dtype, device=x.device)
+    r = sign_hadamard(d, dtype=x.dtype, device=str(x.device))
     grid = (triton.cdiv(max_seqlen, block), heads, batch)
     _quantize_kernel[grid](
         x, y, scale, r, cu_seqlens, cu_blocks, y_cols, n_blocks, d**-0.5,

@@ -74,21 +74,23 @@ def attention_varlen_reference(
     return out, lse
 
 
-def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False):
+def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tensor=False):
     """FP8 quantization with one scale per (head, tile of `block` rows of one sequence), as the Triton kernel does.
 
     x (T, H, D) -> data e4m3 (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (see
-    QuantizedQKV); scale fp32 (H, n_blocks).
+    QuantizedQKV); scale fp32 (H, n_blocks). `per_tensor` uses the whole tensor's amax for every tile instead
+    (the plain FP8 baseline).
     """
     total, heads, d = x.shape
     xr = rotate(x) if hadamard else x.to(torch.float64)
+    tensor_amax = xr.abs().amax().to(torch.float32).clamp_min(1e-12).expand(heads)
     offsets, n_blocks = block_offsets(torch.as_tensor(cu_seqlens, dtype=torch.int32), total, block)
     scale = torch.ones(heads, n_blocks, dtype=torch.float32, device=x.device)
     data = torch.zeros(total, heads, d, dtype=torch.float64, device=x.device)
     for b, (t0, t1) in enumerate(_bounds(cu_seqlens)):
         for i, r0 in enumerate(range(t0, t1, block)):
             tile = xr[r0 : min(t1, r0 + block)]
-            amax = tile.abs().amax(dim=(0, 2)).to(torch.float32).clamp_min(1e-12)
+            amax = tensor_amax if per_tensor else tile.abs().amax(dim=(0, 2)).to(torch.float32).clamp_min(1e-12)
             scale[:, int(offsets[b]) + i] = amax / E4M3_MAX
             data[r0 : r0 + tile.shape[0]] = tile * (E4M3_MAX / amax.double())[None, :, None]
     data8 = data.to(torch.float8_e4m3fn)
@@ -149,8 +151,16 @@ def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False,
     return out, lse
 
 
-def fake_quantize_per_tensor(x):
-    """x rounded through e4m3 with a single scale for the whole tensor (the FP8 baseline without our tricks)."""
-    xf = x.to(torch.float64)
-    s = xf.abs().amax().clamp_min(1e-12) / E4M3_MAX
-    return (xf / s).to(torch.float8_e4m3fn).to(torch.float64) * s
+def quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard=True, per_tensor=False):
+    """The QuantizedQKV bundle of packed q (Tq, H, D), k, v (Tk, Hkv, D), built by `quantize_reference`."""
+    cu_q = torch.as_tensor(cu_seqlens_q, dtype=torch.int32, device=q.device)
+    cu_k = torch.as_tensor(cu_seqlens_k, dtype=torch.int32, device=q.device)
+    q8, q_scale = quantize_reference(q, cu_q, block_m, hadamard, per_tensor=per_tensor)
+    k8, k_scale = quantize_reference(k, cu_k, block_n, hadamard, per_tensor=per_tensor)
+    v8t, v_scale = quantize_reference(v, cu_k, block_n, False, transpose=True, per_tensor=per_tensor)
+    lens_q, lens_k = cu_q.diff(), cu_k.diff()
+    return QuantizedQKV(
+        q8, k8, v8t, q_scale, k_scale, v_scale, cu_q, cu_k, block_offsets(cu_q, q.shape[0], block_m)[0],
+        block_offsets(cu_k, k.shape[0], block_n)[0], int(lens_q.max()), int(lens_k.max()), block_m, block_n,
+        hadamard, q.dtype, None,
+    )

@@ -1,0 +1,277 @@
+"""Attention forward benchmark: fa3fp8 (bf16, fp8 kernel-only, fp8 + quantization) beside SDPA's cuDNN and flash
+backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable), on one GPU.
+
+    python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
+    python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
+
+16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
+Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
+
+import fa3fp8  # noqa: E402
+from fa3fp8 import configs  # noqa: E402
+from fa3fp8.attention import attention_fwd  # noqa: E402
+from fa3fp8.reference import attention_fp8_reference, attention_reference  # noqa: E402
+from fa3fp8.testing import random_qkv, rmse  # noqa: E402
+
+TOKENS, HIDDEN = 16384, 2048
+HEAD_DIMS = (64, 128, 256)
+SEQLENS = (1024, 4096, 16384, 65536)
+
+
+def flops(batch, heads, seqlen, d, causal):
+    """Forward FLOPs of attention over a square (seqlen x seqlen) score matrix."""
+    return 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
+
+
+def shape_for(seqlen, d):
+    return max(1, TOKENS // seqlen), HIDDEN // d
+
+
+def timed(fn):
+    return do_bench(fn, warmup=25, rep=150, return_mode="median")
+
+
+def sdpa_runner(backend, q, k, v, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    chosen = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-flash": SDPBackend.FLASH_ATTENTION}[backend]
+
+    def run():
+        with sdpa_kernel(chosen):
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+    return run
+
+
+def cudnn_fp8_runner(q, k, v, causal):
+    """cuDNN's FP8 attention through the cudnn frontend (e4m3 in and out), or None when it is not installed."""
+    try:
+        import cudnn
+    except ImportError:
+        return None
+    batch, seqlen, heads, d = q.shape
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    amax = [x.abs().amax().float() for x in (qt, kt, vt)]
+    q8, k8, v8 = ((x.float() * (448.0 / a)).to(torch.float8_e4m3fn) for x, a in zip((qt, kt, vt), amax))
+    o8 = torch.empty_like(q8)
+    one = torch.ones(1, 1, 1, 1, device="cuda", dtype=torch.float32)
+    descale = [(a / 448.0).reshape(1, 1, 1, 1) for a in amax]
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FP8_E4M3, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    tensors = {name: graph.tensor_like(t) for name, t in
+               dict(q=q8, k=k8, v=v8, dq=descale[0], dk=descale[1], dv=descale[2], ds=one, sp=one, so=one).items()}
+    o, _, amax_s, amax_o = graph.sdpa_fp8(
+        q=tensors["q"], k=tensors["k"], v=tensors["v"], descale_q=tensors["dq"], descale_k=tensors["dk"],
+        descale_v=tensors["dv"], descale_s=tensors["ds"], scale_s=tensors["sp"], scale_o=tensors["so"],
+        is_inference=True, attn_scale=d**-0.5, use_causal_mask=causal,
+    )
+    o.set_output(True).set_dim(o8.shape).set_stride(o8.stride())
+    for t in (amax_s, amax_o):
+        t.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(cudnn.data_type.FLOAT)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A])
+    graph.check_support()
+    graph.build_plans()
+    amax_buf = [torch.empty(1, 1, 1, 1, device="cuda") for _ in range(2)]
+    pack = {tensors["q"]: q8, tensors["k"]: k8, tensors["v"]: v8, tensors["dq"]: descale[0],
+            tensors["dk"]: descale[1], tensors["dv"]: descale[2], tensors["ds"]: one, tensors["sp"]: one,
+            tensors["so"]: one, o: o8, amax_s: amax_buf[0], amax_o: amax_buf[1]}
+    workspace = torch.empty(graph.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    return lambda: graph.execute(pack, workspace, handle=handle)
+
+
+def bench(args):
+    rows, table = [], []
+    seqlens = (1024, 16384) if args.quick else SEQLENS
+    gpu = torch.cuda.get_device_name()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"attention-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    result = out / f"{stem}.json"
+    for d in HEAD_DIMS:
+        for seqlen in seqlens:
+            for causal in (False, True):
+                batch, heads = shape_for(seqlen, d)
+                q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=seqlen + d)
+                qkv = fa3fp8.quantize_qkv(q, k, v)
+                runners = {
+                    ("fa3fp8", "bf16"): lambda: fa3fp8.flash_attn_func(q, k, v, causal=causal),
+                    ("fa3fp8", "fp8"): lambda: fa3fp8.flash_attn_fp8_func(qkv, causal=causal),
+                    ("fa3fp8", "fp8+quant"): lambda: fa3fp8.flash_attn_func(q, k, v, causal=causal, fp8=True),
+                    ("sdpa-cudnn", "bf16"): sdpa_runner("sdpa-cudnn", q, k, v, causal),
+                    ("sdpa-flash", "bf16"): sdpa_runner("sdpa-flash", q, k, v, causal),
+                }
+                try:
+                    runner = cudnn_fp8_runner(q, k, v, causal)
+                except Exception as exc:  # a plan the frontend cannot build: report it and go on without it
+                    print(f"cudnn-fp8 unavailable at d{d} S{seqlen}: {exc}", file=sys.stderr)
+                    runner = None
+                if runner is not None:
+                    runners[("cudnn-fp8", "fp8")] = runner
+                # correctness spot check against cuDNN before timing
+                ours = runners[("fa3fp8", "bf16")]().float()
+                theirs = runners[("sdpa-cudnn", "bf16")]().transpose(1, 2).float()
+                err = ((ours - theirs).norm() / theirs.norm()).item()
+                err8 = ((runners[("fa3fp8", "fp8")]().float() - theirs).norm() / theirs.norm()).item()
+                times = {key: timed(fn) for key, fn in runners.items()}
+                quant_ms = timed(lambda: fa3fp8.quantize_qkv(q, k, v))
+                cudnn_tflops = flops(batch, heads, seqlen, d, causal) / times[("sdpa-cudnn", "bf16")] / 1e9
+                for (impl, dtype), ms in times.items():
+                    tflops = flops(batch, heads, seqlen, d, causal) / ms / 1e9
+                    rows.append(dict(impl=impl, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1),
+                                     ms=round(ms, 4), **({"quant_ms": round(quant_ms, 4)} if dtype == "fp8+quant" else {})))
+                    table.append(f"{impl:11s} {dtype:9s} d{d:<4d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
+                                 f"{tflops:7.1f} TFLOPS  {tflops / cudnn_tflops:5.2f}x cuDNN")
+                table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; quantize_qkv {quant_ms:.3f} ms")
+                print("\n".join(table[-len(times) - 1 :]), flush=True)
+                result.write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))  # kept if a later peer crashes
+                torch.cuda.empty_cache()
+    plot(rows, out / f"{stem}.png")
+    print("\n".join(table))
+
+
+def plot(rows, path):
+    """TFLOPS against sequence length, one panel per (d, causal)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), sharey=True)
+    for col, d in enumerate(HEAD_DIMS):
+        for row, causal in enumerate((False, True)):
+            ax = axes[row][col]
+            series = sorted({(r["impl"], r["dtype"]) for r in rows})
+            for impl, dtype in series:
+                pts = sorted((r["S"], r["tflops"]) for r in rows
+                             if (r["impl"], r["dtype"], r["d"], r["causal"]) == (impl, dtype, d, causal))
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=f"{impl} {dtype}")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"d={d} {'causal' if causal else 'non-causal'}")
+            ax.set_xlabel("sequence length")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("TFLOPS")
+        axes[1][0].set_ylabel("TFLOPS")
+    axes[0][2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def sass_facts(kernel):
+    """Registers, spills and tensor-core instruction counts of a compiled kernel."""
+    facts = {"regs": getattr(kernel, "n_regs", None), "spills": getattr(kernel, "n_spills", None)}
+    try:
+        sass = kernel.asm["sass"]
+    except Exception as exc:  # no disassembler on this machine
+        return {**facts, "sass": f"unavailable: {exc}"}
+    for op in ("HGMMA", "QGMMA", "HMMA", "LDL", "STL", "UTMALDG", "MUFU.EX2"):
+        facts[op] = len(re.findall(rf"\b{re.escape(op)}\b", sass))
+    return facts
+
+
+def sweep(args):
+    """Check and time every config that `configs.keep` accepts, per (d, causal, dtype) at S=16K."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    seqlen = 16384
+    for d in HEAD_DIMS:
+        for fp8 in (False, True):
+            for causal in (False, True):
+                batch, heads = shape_for(seqlen, d)
+                q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+                cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
+                ref, _ = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)
+                for cfg in configs.CONFIGS:
+                    if not configs.keep(cfg, d, fp8):
+                        continue
+                    name = (f"d{d} {'fp8 ' if fp8 else 'bf16'} {'causal' if causal else 'full  '} "
+                            f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}")
+                    try:
+                        check = launch(cq, ck, cv, causal, fp8, cfg)[0].view(ref.shape)
+                        finite = bool(torch.isfinite(check).all())
+                        if fp8:  # FP8: against the reference's FP8 math, relative to FP8's own error
+                            ref8 = attention_fp8_reference(fa3fp8.quantize_qkv(cq, ck, cv), causal=causal)[0]
+                            err = rmse(check.view(ref8.shape), ref8) / rmse(ref8, ref.view(ref8.shape))
+                        else:
+                            err = ((check.double() - ref).norm() / ref.norm()).item()
+                        fn = launcher(q, k, v, causal, fp8, cfg)
+                        kernel = fn()[2]
+                        ms = timed(fn)
+                        tflops = flops(batch, heads, seqlen, d, causal) / ms / 1e9
+                        facts = sass_facts(kernel)
+                    except Exception as exc:  # a config that does not compile is a finding, not a stop
+                        err, finite, tflops, facts = float("nan"), False, 0.0, {"error": str(exc)[:300]}
+                    ok = finite and err < (0.5 if fp8 else 1e-2)
+                    results.append(dict(name=name, d=d, fp8=fp8, causal=causal, config=str(cfg), rel_err=err,
+                                        ok=ok, tflops=tflops, **facts))
+                    print(f"{name}  {tflops:7.1f} TFLOPS  err {err:.1e} {'ok ' if ok else 'BAD'} {facts}", flush=True)
+                del q, k, v
+                torch.cuda.empty_cache()
+    (out / "sweep.json").write_text(json.dumps(results, indent=1))
+    if args.asm:
+        kernel = launcher(*random_qkv(1, 4096, 4096, 16, 16, 128, torch.bfloat16, "cuda"), False, args.asm == "fp8",
+                          configs.CONFIGS[0])()[2]
+        for ext in ("ttgir", "ptx", "sass"):
+            try:
+                (out / f"attn-d128-{args.asm}.{ext}").write_text(kernel.asm[ext])
+            except Exception as exc:
+                print(f"no {ext}: {exc}")
+    print("\nbest kept config per (d, dtype, causal):")
+    for key in sorted({(r["d"], r["fp8"], r["causal"]) for r in results}):
+        good = [r for r in results if (r["d"], r["fp8"], r["causal"]) == key and r["ok"]]
+        best = max(good, key=lambda r: r["tflops"]) if good else None
+        print(f"  {key}: {best['name'] if best else 'none'} {best['tflops'] if best else 0:.1f}")
+
+
+def launch(q, k, v, causal, fp8, cfg):
+    return launcher(q, k, v, causal, fp8, cfg)()
+
+
+def launcher(q, k, v, causal, fp8, cfg):
+    """A closure that runs the kernel with one fixed config on dense q, k, v (FP8: pre-quantized)."""
+    batch, seqlen_q, heads, d = q.shape
+    scale = d**-0.5
+    if fp8:
+        b = fa3fp8.quantize_qkv(q, k, v)
+        return lambda: attention_fwd(b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale,
+                                     causal, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k,
+                                     torch.bfloat16, config=cfg)
+    seqlen_k, kv_heads = k.shape[1], k.shape[2]
+    cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
+    cu_k = torch.arange(0, (batch + 1) * seqlen_k, seqlen_k, dtype=torch.int32, device=q.device)
+    qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
+    return lambda: attention_fwd(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal, config=cfg)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("bench", "sweep"))
+    parser.add_argument("--quick", action="store_true", help="bench S in {1K, 16K} only")
+    parser.add_argument("--asm", choices=("bf16", "fp8"), help="sweep: also write d128 TTGIR/PTX/SASS")
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    args = parser.parse_args()
+    bench(args) if args.mode == "bench" else sweep(args)
+
+
+if __name__ == "__main__":
+    main()

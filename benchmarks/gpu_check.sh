@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmark.
+#   bash benchmarks/gpu_check.sh [tests] [sweep] [bench] [quick] [asm]
+# Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/kernels:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT="${OUT:-benchmarks/results}"
+mkdir -p "$OUT"
+steps=" $* "
+if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (the cudnn frontend for the cuDNN FP8 peer)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+status=0
+if [[ "$steps" == *" tests "* ]]; then
+    FA3FP8_AUTOTUNE=0 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
+        --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
+fi
+if [[ "$steps" == *" sweep "* ]]; then
+    asm=""; [[ "$steps" == *" asm "* ]] && asm="--asm bf16"
+    python3 benchmarks/attention.py sweep --out "$OUT" $asm 2>&1 | tee "$OUT/sweep.log" | tail -60 || status=1
+fi
+if [[ "$steps" == *" bench "* ]]; then
+    quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
+    python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+fi
+exit $status

@@ -1,0 +1,39 @@
+"""Helpers shared by fa3fp8's tests and benchmarks: readable case ids, fresh random inputs (FlashAttention-3's
+FP8 test distribution too), poisoned CUDA memory, error metrics."""
+
+import math
+
+import torch
+
+
+def case_id(batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal, dtype=None) -> str:
+    """Readable parametrize id, e.g. B2-Sq1000-Sk1000-H8-KV2-D128-causal-bf16."""
+    name = f"B{batch}-Sq{seqlen_q}-Sk{seqlen_k}-H{heads}-KV{kv_heads}-D{d}-{'causal' if causal else 'full'}"
+    return name + (f"-{str(dtype).removeprefix('torch.')}" if dtype is not None else "")
+
+
+def random_qkv(batch, seqlen_q, seqlen_k, heads, kv_heads, d, dtype, device, seed=None, outliers=False):
+    """Fresh q (B, Sq, H, D), k, v (B, Sk, Hkv, D); with `outliers`, FlashAttention-3's FP8 test distribution
+    N(0, 1) + N(0, 100) · Bernoulli(0.001)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+
+    def draw(*shape):
+        x = torch.randn(*shape, generator=gen, device=device)
+        if outliers:
+            spikes = torch.rand(*shape, generator=gen, device=device) < 1e-3
+            x = x + spikes * 10.0 * torch.randn(*shape, generator=gen, device=device)
+        return x.to(dtype)
+
+    return draw(batch, seqlen_q, heads, d), draw(batch, seqlen_k, kv_heads, d), draw(batch, seqlen_k, kv_heads, d)
+
+
+def poison_cuda_cache(n_bytes: int = 1 << 28) -> None:
+    """Fill freed blocks of the CUDA caching allocator with NaN so that unwritten outputs show up."""
+    torch.empty(n_bytes // 4, device="cuda").fill_(math.nan)
+    torch.cuda.synchronize()
+
+
+def rmse(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Root mean square of x − ref."""
+    return (x.double() - ref.double()).pow(2).mean().sqrt().item()

@@ -1,0 +1,120 @@
+"""Runs fa3fp8's Triton kernels under TRITON_INTERPRET=1 on small shapes and prints their errors as JSON.
+
+Started in a subprocess by test_attention.py, because the interpreter must be chosen before Triton kernels
+are defined and must not leak into other tests. fp16 for the dtype-generic path (bf16 dots are wrong in the
+interpreter).
+"""
+
+import json
+import os
+import sys
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+
+import torch  # noqa: E402
+
+import fa3fp8  # noqa: E402
+from fa3fp8.configs import fp8_blocks  # noqa: E402
+from fa3fp8.reference import (  # noqa: E402
+    attention_fp8_reference,
+    attention_reference,
+    attention_varlen_reference,
+    quantize_reference,
+)
+from fa3fp8.testing import case_id, random_qkv, rmse  # noqa: E402
+
+DENSE = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
+    (2, 37, 70, 4, 2, 64, False),
+    (2, 37, 70, 4, 2, 64, True),
+    (1, 1, 45, 8, 1, 128, True),
+    (1, 50, 20, 2, 2, 64, True),
+    (1, 40, 40, 2, 2, 256, False),
+]
+VARLEN = [([5, 40, 33], [7, 40, 50], 4, 2, 64)]
+
+
+def max_err(x, ref):
+    return (x.double() - ref.double()).abs().max().item()
+
+
+def dense_case(shape):
+    batch, sq, sk, heads, kv_heads, d, causal = shape
+    q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape))
+    out, lse = fa3fp8.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+    same, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float16)
+    masked = torch.isinf(ref_lse)
+    return {
+        "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
+        "lse_err": max_err(lse[~masked], ref_lse[~masked]) if (~masked).any() else 0.0,
+        "lse_inf_match": bool(torch.equal(torch.isinf(lse), masked)),
+    }
+
+
+def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal):
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(sum(lens_q), heads, d, generator=gen).half()
+    k = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    v = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    out, lse = fa3fp8.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True)
+    ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float64)
+    same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float16)
+    masked = torch.isinf(ref_lse)
+    return {
+        "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
+        "lse_err": max_err(lse[~masked], ref_lse[~masked]), "lse_inf_match": bool(torch.equal(torch.isinf(lse), masked)),
+    }
+
+
+def fp8_case(shape):
+    causal = shape[-1]
+    q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape) + 1)
+    qkv = fa3fp8.quantize_qkv(q, k, v)
+    out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal)
+    ref8, _ = attention_fp8_reference(qkv, causal=causal)
+    exact, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+    return {
+        "kernel_vs_fp8_ref": rmse(out.reshape(ref8.shape), ref8),
+        "fp8_ref_vs_exact": rmse(ref8, exact.reshape(ref8.shape)),
+        "finite": bool(torch.isfinite(out).all()),
+    }
+
+
+def quantize_case(d, hadamard, transpose):
+    cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
+    x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
+    block = fp8_blocks(d)[1]
+    data, scale, cu_blocks = torch.ops.fa3fp8.quantize_blocks(x, cu, 65, block, hadamard, transpose)
+    ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose)
+    used = int(cu_blocks[-1])
+    if transpose:
+        data, ref_data = data[..., : used * block], ref_data[..., : used * block]
+    a, b = data.float(), ref_data.float()
+    ulp = torch.exp2(torch.floor(torch.log2(torch.maximum(a.abs(), b.abs()).clamp_min(2**-6))) - 3)
+    return {
+        "scale_rel_err": ((scale[:, :used] - ref_scale[:, :used]).abs() / ref_scale[:, :used]).max().item(),
+        "max_ulps": ((a - b).abs() / ulp).max().item(),
+        "mismatch_fraction": (a != b).float().mean().item(),
+    }
+
+
+def main():
+    results = {}
+    for shape in DENSE:
+        results["dense-" + case_id(*shape, torch.float16)] = dense_case(shape)
+    for lens_q, lens_k, heads, kv_heads, d in VARLEN:
+        for causal in (False, True):
+            name = f"varlen-lens{'_'.join(map(str, lens_q))}-H{heads}-KV{kv_heads}-D{d}-{'causal' if causal else 'full'}"
+            results[name] = varlen_case(lens_q, lens_k, heads, kv_heads, d, causal)
+    for shape in [(2, 37, 70, 4, 2, 64, False), (1, 65, 65, 2, 1, 128, True)]:
+        results["fp8-" + case_id(*shape)] = fp8_case(shape)
+    for d in (64, 128):
+        results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
+        results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

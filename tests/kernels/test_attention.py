@@ -1,0 +1,61 @@
+"""The Triton kernels (attention.py, quantize.py) on the CPU under TRITON_INTERPRET=1, against the reference.
+
+The interpreter runs in a subprocess (interpret_cases.py) so that it never leaks into other tests; each case
+it reports becomes one test here.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+DENSE_IDS = [
+    "dense-B2-Sq37-Sk70-H4-KV2-D64-full-float16",
+    "dense-B2-Sq37-Sk70-H4-KV2-D64-causal-float16",
+    "dense-B1-Sq1-Sk45-H8-KV1-D128-causal-float16",
+    "dense-B1-Sq50-Sk20-H2-KV2-D64-causal-float16",
+    "dense-B1-Sq40-Sk40-H2-KV2-D256-full-float16",
+    "varlen-lens5_40_33-H4-KV2-D64-full",
+    "varlen-lens5_40_33-H4-KV2-D64-causal",
+]
+FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal"]
+QUANT_IDS = ["quantize-D64-hadamard", "quantize-D64-v-transposed", "quantize-D128-hadamard", "quantize-D128-v-transposed"]
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "FA3FP8_BACKEND": "auto"}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1] / "kernels"), env.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [sys.executable, str(HERE / "interpret_cases.py")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("case", DENSE_IDS)
+def test_kernel_matches_fp64_reference(interpreted, case):
+    r = interpreted[case]
+    assert r["finite"]
+    assert r["err"] <= 2 * r["torch_err"] + 1e-3
+    assert r["lse_err"] <= 1e-4
+    assert r["lse_inf_match"]
+
+
+@pytest.mark.parametrize("case", FP8_IDS)
+def test_fp8_kernel_matches_fp8_reference(interpreted, case):
+    r = interpreted[case]
+    assert r["finite"]
+    assert r["kernel_vs_fp8_ref"] <= 0.5 * r["fp8_ref_vs_exact"]
+
+
+@pytest.mark.parametrize("case", QUANT_IDS)
+def test_quantize_kernel_matches_reference(interpreted, case):
+    r = interpreted[case]
+    assert r["scale_rel_err"] <= 1e-5
+    assert r["max_ulps"] <= 1.0
+    assert r["mismatch_fraction"] <= 0.01

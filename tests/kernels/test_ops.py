@@ -1,0 +1,96 @@
+"""ops.py: input validation, the custom ops (fake kernels, torch.compile) and the reference fallback on CPU."""
+
+import pytest
+import torch
+
+import fa3fp8
+from fa3fp8.reference import attention_reference, attention_varlen_reference
+from fa3fp8.testing import random_qkv
+
+
+def _qkv(**over):
+    q, k, v = random_qkv(2, 16, 24, 4, 2, 64, torch.bfloat16, "cpu", seed=3)
+    return {"q": q, "k": k, "v": v, **over}
+
+
+BAD_DENSE = {
+    "q-3d": (dict(q=torch.randn(16, 4, 64, dtype=torch.bfloat16)), "q must have shape"),
+    "q-fp32": (dict(q=torch.randn(2, 16, 4, 64)), "q must be bfloat16 or float16"),
+    "k-dtype-mismatch": (dict(k=torch.randn(2, 24, 2, 64, dtype=torch.float16)), "k must have q's dtype"),
+    "head-dim-96": (dict(q=torch.randn(2, 16, 4, 96, dtype=torch.bfloat16)), "head dim q.shape\\[-1\\] must be one of"),
+    "v-shape": (dict(v=torch.randn(2, 23, 2, 64, dtype=torch.bfloat16)), "v must have k's shape"),
+    "kv-heads-3": (dict(k=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16), v=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16)), "kv_heads"),
+    "batch-mismatch": (dict(k=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16), v=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16)), "batch"),
+    "softmax-scale": (dict(softmax_scale=-1.0), "softmax_scale"),
+    "hadamard-without-fp8": (dict(hadamard=True), "hadamard applies to the FP8 path only"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_DENSE)
+def test_bad_dense_input_names_the_argument(name):
+    over, message = BAD_DENSE[name]
+    args = _qkv(**over)
+    with pytest.raises(ValueError, match=message):
+        fa3fp8.flash_attn_func(**args)
+
+
+def _packed(cu_q, cu_k=None, max_q=8, max_k=8):
+    q = torch.randn(12, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(12, 2, 64, dtype=torch.bfloat16)
+    cu_k = cu_q if cu_k is None else cu_k
+    return dict(q=q, k=k, v=k.clone(), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k)
+
+
+BAD_VARLEN = {
+    "non-monotone": (_packed(torch.tensor([0, 8, 4, 12], dtype=torch.int32)), "non-decreasing"),
+    "int64": (_packed(torch.tensor([0, 4, 12])), "1-D int32"),
+    "wrong-total": (_packed(torch.tensor([0, 4, 10], dtype=torch.int32)), "must equal the packed length 12"),
+    "max-seqlen-too-small": (_packed(torch.tensor([0, 4, 12], dtype=torch.int32), max_q=5), "max_seqlen"),
+    "length-mismatch": (_packed(torch.tensor([0, 4, 12], dtype=torch.int32), torch.tensor([0, 12], dtype=torch.int32)), "same length"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_VARLEN)
+def test_bad_varlen_input_names_the_argument(name):
+    args, message = BAD_VARLEN[name]
+    with pytest.raises(ValueError, match=message):
+        fa3fp8.flash_attn_varlen_func(**args)
+
+
+def test_fp8_func_rejects_other_bundles():
+    with pytest.raises(ValueError, match="qkv must be a QuantizedQKV"):
+        fa3fp8.flash_attn_fp8_func(torch.zeros(1))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cpu_falls_back_to_reference(causal):
+    q, k, v = random_qkv(2, 20, 33, 4, 2, 128, torch.bfloat16, "cpu")
+    out, lse = fa3fp8.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, causal=causal)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape and lse.shape == (2, 4, 20)
+    torch.testing.assert_close(out, ref.to(torch.bfloat16))
+    torch.testing.assert_close(lse, ref_lse)
+
+
+def test_cpu_varlen_and_fp8_paths_run():
+    cu = torch.tensor([0, 7, 30], dtype=torch.int32)
+    q, k, v = (torch.randn(30, 4, 64, dtype=torch.float16) for _ in range(3))
+    out = fa3fp8.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True)
+    ref, _ = attention_varlen_reference(q, k, v, cu, cu, causal=True)
+    torch.testing.assert_close(out, ref.half())
+    out8, lse8 = fa3fp8.flash_attn_varlen_func(q, k, v, cu, cu, 23, 23, causal=True, fp8=True, return_lse=True)
+    assert out8.dtype == torch.float16 and lse8.shape == (4, 30)
+    assert (out8.float() - ref).pow(2).mean().sqrt() < 0.05
+
+
+def test_custom_ops_pass_opcheck():
+    q, k, v = (x.reshape(-1, *x.shape[2:]) for x in random_qkv(2, 8, 8, 2, 1, 64, torch.float16, "cpu"))
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
+    torch.library.opcheck(torch.ops.fa3fp8.quantize_blocks.default, (k, cu, 8, 32, True, False))
+
+
+def test_torch_compile_traces_through_the_op():
+    q, k, v = random_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16, "cpu")
+    compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True) * 2)
