@@ -1,7 +1,9 @@
 """Turning a job request's documents into document references (what the worker reads, by id) and packing them
-into GPU passes under a token budget. Texts are never queued: inline texts are stored under the job's `inputs/`."""
+into GPU passes under a token budget. Texts are never queued: inline texts are stored in one object under the
+job's `inputs/`."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
@@ -12,6 +14,7 @@ from core.jobs import JobRequest
 from core.storage import AccessDenied, ObjectNotFound, Storage, join_uri
 
 CHARS_PER_TOKEN = 4
+INLINE_INPUTS = "documents.jsonl"
 
 
 class InvalidJobError(ValueError):
@@ -27,8 +30,9 @@ class InvalidJobError(ValueError):
 class DocRef:
     """Where one document of a job comes from.
 
-    kind "object": a file at `uri` (inline texts are stored as such under the job's inputs/);
-    kind "jsonl": entry number `entry` (0-based, blank lines skipped) of the JSONL object at `uri`;
+    kind "object": a file at `uri`;
+    kind "jsonl": entry number `entry` (0-based, blank lines skipped) of a client's JSONL object at `uri`;
+    kind "inline": line `entry` of the job's own `inputs/documents.jsonl` (the request's inline texts);
     `error` set: the document is already known to be bad and only gets its error line.
     """
 
@@ -94,20 +98,22 @@ def refs_from_request(
 def _refs_from_documents(
     request: JobRequest, job_uri: str, max_document_bytes: int
 ) -> tuple[list[DocRef], dict[str, bytes]]:
+    """Refs of the request's documents; the inline texts go together into one JSONL object under inputs/."""
+    inputs_uri = join_uri(job_uri, "inputs", INLINE_INPUTS)
     refs: list[DocRef] = []
-    inline: dict[str, bytes] = {}
+    lines: list[str] = []
     seen: dict[str, int] = {}
     for index, document in enumerate(request.documents or []):
         if document.text is not None:
             doc_id = document.id or f"doc-{index}"
-            data = document.text.encode("utf-8")
-            if len(data) > max_document_bytes:
+            size = len(document.text.encode("utf-8"))
+            if size > max_document_bytes:
                 raise InvalidJobError(
-                    f"documents[{index}].text", f"{len(data)} bytes is over the limit of {max_document_bytes}"
+                    f"documents[{index}].text", f"{size} bytes is over the limit of {max_document_bytes}"
                 )
-            uri = join_uri(job_uri, "inputs", storage_name(doc_id) + ".txt")
-            inline[uri] = data
-            ref = DocRef(index, doc_id, "object", uri, f"{doc_id}.txt", estimate_tokens(len(document.text)))
+            ref = DocRef(index, doc_id, "inline", inputs_uri, f"{doc_id}.txt", estimate_tokens(len(document.text)),
+                         entry=len(lines))
+            lines.append(json.dumps({"id": doc_id, "text": document.text}, ensure_ascii=False))
         else:
             name = PurePosixPath(document.uri or "").name
             doc_id = document.id or name
@@ -118,6 +124,7 @@ def _refs_from_documents(
             )
         seen[doc_id] = index
         refs.append(ref)
+    inline = {inputs_uri: "".join(line + "\n" for line in lines).encode("utf-8")} if lines else {}
     return refs, inline
 
 

@@ -40,33 +40,46 @@ redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[6])
 return ARGV[1]
 """
 
-# -> "done" (outcome recorded), "cancelled" (job is being cancelled: recorded as such), "first", "retry" or
-# "exhausted" (started ARGV[3] times already: each attempt lost its worker).
+# For each doc id in ARGV[3..]: "done" (outcome recorded), "cancelled" (job is being cancelled: recorded as
+# such), "first", "retry" or "exhausted" (started more than ARGV[2] times: each attempt lost its worker).
 _BEGIN = """
-if redis.call("HEXISTS", KEYS[2], ARGV[1]) == 1 then return "done" end
 local status = redis.call("HGET", KEYS[1], "status")
-if status == "cancelling" or status == "cancelled" then
-  if redis.call("HSETNX", KEYS[2], ARGV[1], "cancelled") == 1 then
-    redis.call("HINCRBY", KEYS[1], "cancelled", 1)
-  end
-  return "cancelled"
-end
+local cancelling = status == "cancelling" or status == "cancelled"
 if status == "queued" then
   redis.call("HSET", KEYS[1], "status", "running")
-  redis.call("HSETNX", KEYS[1], "started_at", ARGV[2])
+  redis.call("HSETNX", KEYS[1], "started_at", ARGV[1])
 end
-redis.call("SADD", KEYS[3], ARGV[1])
-local attempt = redis.call("HINCRBY", KEYS[4], ARGV[1], 1)
-if attempt == 1 then return "first" end
-if attempt > tonumber(ARGV[3]) then return "exhausted" end
-return "retry"
+local result = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if redis.call("HEXISTS", KEYS[2], id) == 1 then
+    result[#result + 1] = "done"
+  elseif cancelling then
+    redis.call("HSET", KEYS[2], id, "cancelled")
+    redis.call("HINCRBY", KEYS[1], "cancelled", 1)
+    result[#result + 1] = "cancelled"
+  else
+    redis.call("SADD", KEYS[3], id)
+    local attempt = redis.call("HINCRBY", KEYS[4], id, 1)
+    if attempt == 1 then
+      result[#result + 1] = "first"
+    elseif attempt > tonumber(ARGV[2]) then
+      result[#result + 1] = "exhausted"
+    else
+      result[#result + 1] = "retry"
+    end
+  end
+end
+return result
 """
 
-# -> documents still without an outcome.
+# ARGV: doc id, outcome, doc id, outcome, ... -> documents of the job still without an outcome.
 _FINISH = """
-redis.call("SREM", KEYS[3], ARGV[1])
-if redis.call("HSETNX", KEYS[2], ARGV[1], ARGV[2]) == 1 then
-  redis.call("HINCRBY", KEYS[1], ARGV[2], 1)
+for i = 1, #ARGV, 2 do
+  redis.call("SREM", KEYS[3], ARGV[i])
+  if redis.call("HSETNX", KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call("HINCRBY", KEYS[1], ARGV[i + 1], 1)
+  end
 end
 return tonumber(redis.call("HGET", KEYS[1], "total")) - redis.call("HLEN", KEYS[2])
 """
@@ -230,22 +243,24 @@ class JobState:
         """Doc id -> recorded outcome (succeeded, failed or cancelled)."""
         return {k.decode(): v.decode() for k, v in self.redis.hgetall(self._job_keys(job_id)[1]).items()}
 
-    def begin_document(self, job_id: str, doc_id: str, max_attempts: int) -> str:
-        """Mark a document as running. Returns "first" (first attempt), "retry" (an earlier attempt started it:
-        look for its stored output), "exhausted" (more than `max_attempts` attempts), "done" (outcome already
-        recorded: skip) or "cancelled" (recorded as cancelled: skip)."""
+    def begin_documents(self, job_id: str, doc_ids: list[str], max_attempts: int) -> list[str]:
+        """Mark documents as running, in one round trip. Returns per document "first" (first attempt), "retry"
+        (an earlier attempt started it: look for its stored record), "exhausted" (more than `max_attempts`
+        attempts), "done" (outcome already recorded: skip) or "cancelled" (recorded as cancelled: skip)."""
         base, docs, running, _, attempts = self._job_keys(job_id)
-        return self._begin(
-            keys=[base, docs, running, attempts], args=[doc_id, utcnow().isoformat(), max_attempts]
-        ).decode()
+        replies = self._begin(
+            keys=[base, docs, running, attempts], args=[utcnow().isoformat(), max_attempts, *doc_ids]
+        )
+        return [reply.decode() for reply in replies]
 
-    def finish_document(self, job_id: str, doc_id: str, outcome: str) -> int:
-        """Record a document's outcome once (later calls change nothing); returns how many documents of the job
-        have no outcome yet."""
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+    def finish_documents(self, job_id: str, outcomes: list[tuple[str, str]]) -> int:
+        """Record (doc id, outcome) pairs, each document once (later calls change nothing), in one round trip.
+        Returns how many documents of the job have no outcome yet."""
+        for _, outcome in outcomes:
+            if outcome not in OUTCOMES:
+                raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         base, docs, running, _, _ = self._job_keys(job_id)
-        return int(self._finish(keys=[base, docs, running], args=[doc_id, outcome]))
+        return int(self._finish(keys=[base, docs, running], args=[item for pair in outcomes for item in pair]))
 
     def remaining(self, job_id: str) -> int:
         """How many documents of the job have no outcome yet."""

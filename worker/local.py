@@ -9,15 +9,14 @@ from typing import Any
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from core.documents import DocumentError
 from core.inputs import InvalidJobError, pack, refs_from_prefix
 from core.settings import Settings
 from core.state import utcnow
 from core.storage import LocalStorage, file_uri
 from core.task_specs import validate_options
-from worker.outputs import doc_record, write_doc_record, write_job_outputs
-from worker.processing import DocumentReader, run_task
-from worker.tasks import Document, get_task
+from worker.outputs import write_doc_records, write_job_outputs
+from worker.processing import DocumentReader, process_refs
+from worker.tasks import get_task
 
 
 def run_local(
@@ -49,17 +48,9 @@ def run_local(
     outcomes: dict[str, str] = {}
     with tqdm(total=len(refs), unit="doc", desc=task, disable=not progress) as bar:
         for group in pack(refs, settings.pack_token_budget, settings.max_documents_per_task):
-            documents: list[Document] = []
-            records = []
-            for ref in group:
-                try:
-                    documents.append(reader.read(ref))
-                except DocumentError as exc:
-                    records.append(doc_record(ref.id, error=str(exc), elapsed_s=0.0))
-            records.extend(run_task(runner, documents, parsed))
-            for record in records:
-                write_doc_record(storage, job_uri, record)
-                outcomes[record["id"]] = record["status"]
+            records = process_refs(reader, runner, parsed, group, settings.task_soft_time_limit)
+            write_doc_records(storage, job_uri, records)
+            outcomes.update((record["id"], record["status"]) for record in records)
             bar.update(len(group))
     job_fields = {
         "job_id": None,

@@ -33,9 +33,12 @@ def doc_record(doc_id: str, *, result: dict | None = None, error: str | None = N
     return {"id": doc_id, "status": "succeeded" if error is None else "failed", **outcome, "elapsed_s": elapsed_s}
 
 
-def write_doc_record(storage: Storage, job_uri: str, record: dict) -> None:
-    """Store one document's record."""
-    storage.put(doc_uri(job_uri, record["id"]), json.dumps(record, ensure_ascii=False).encode(), JSON_TYPE)
+def write_doc_records(storage: Storage, job_uri: str, records: list[dict]) -> None:
+    """Store documents' records, several at a time."""
+    storage.put_many(
+        {doc_uri(job_uri, record["id"]): json.dumps(record, ensure_ascii=False).encode() for record in records},
+        JSON_TYPE,
+    )
 
 
 def final_status(counts: Counts) -> JobStatus:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 
 from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel
@@ -18,50 +18,76 @@ from core.settings import Settings
 from core.state import JobState
 from core.storage import AccessDenied, ObjectNotFound, Storage
 from core.task_specs import validate_options
-from worker.outputs import doc_record, doc_uri, write_doc_record, write_job_outputs
+from worker.outputs import doc_record, doc_uri, write_doc_records, write_job_outputs
 from worker.tasks import Document, Task, get_task
 
 MAX_ATTEMPTS = 3
+READ_THREADS = 16
 
 
-@dataclass
 class DocumentReader:
-    """Reads documents from storage; keeps the last JSONL object parsed, since a job's consecutive groups
-    usually come from the same one."""
+    """Reads documents from storage, several objects at a time. Keeps the last multi-document object (a JSONL
+    batch or the job's inline inputs) parsed, since a job's consecutive groups usually come from the same one."""
 
-    storage: Storage
-    max_bytes: int
-    _jsonl_uri: str | None = None
-    _jsonl_entries: list = field(default_factory=list)
+    def __init__(self, storage: Storage, max_bytes: int):
+        self.storage = storage
+        self.max_bytes = max_bytes
+        self._cached: tuple[str, list] | None = None
+
+    def read_many(self, refs: list[DocRef]) -> list[Document | DocumentError]:
+        """The documents `refs` point to, in order; a DocumentError naming the document for each that cannot be
+        read."""
+        for ref in refs:
+            if ref.kind in ("jsonl", "inline") and not ref.error:
+                try:
+                    self._entries(ref.uri, ref.kind)
+                except DocumentError:
+                    pass
+        if len(refs) == 1:
+            return [self._read_or_error(refs[0])]
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(refs))) as pool:
+            return list(pool.map(self._read_or_error, refs))
+
+    def _read_or_error(self, ref: DocRef) -> Document | DocumentError:
+        try:
+            return self.read(ref)
+        except DocumentError as exc:
+            exc.doc_id = ref.id
+            return exc
 
     def read(self, ref: DocRef) -> Document:
         """The document `ref` points to; raises DocumentError naming it if it cannot be read."""
         if ref.error:
             raise DocumentError(ref.error, ref.id)
         if ref.kind == "jsonl":
-            parsed = self._jsonl(ref.uri)[ref.entry]
+            parsed = self._entries(ref.uri, "jsonl")[ref.entry]
             if isinstance(parsed, DocumentError):
                 raise DocumentError(f"{ref.name}: {parsed}", ref.id)
             text = parsed[1]
+        elif ref.kind == "inline":
+            text = extract_text(ref.name, self._entries(ref.uri, "inline")[ref.entry], self.max_bytes)
         else:
-            try:
-                data = self.storage.get(ref.uri)
-            except ObjectNotFound:
-                raise DocumentError(f"{ref.name}: no object at {ref.uri}", ref.id) from None
-            except AccessDenied as exc:
-                raise DocumentError(f"{ref.name}: {exc}", ref.id) from None
-            text = extract_text(ref.name, data, self.max_bytes)
+            text = extract_text(ref.name, self._get(ref.uri, ref.name), self.max_bytes)
         return Document(id=ref.id, text=text, metadata={"name": ref.name, "uri": ref.uri})
 
-    def _jsonl(self, uri: str) -> list:
-        if uri != self._jsonl_uri:
-            try:
-                data = self.storage.get(uri)
-            except (ObjectNotFound, AccessDenied) as exc:
-                raise DocumentError(f"cannot read {uri}: {exc}") from None
-            self._jsonl_entries = parse_jsonl(data, self.max_bytes)
-            self._jsonl_uri = uri
-        return self._jsonl_entries
+    def _get(self, uri: str, name: str) -> bytes:
+        try:
+            return self.storage.get(uri)
+        except ObjectNotFound:
+            raise DocumentError(f"{name}: no object at {uri}") from None
+        except AccessDenied as exc:
+            raise DocumentError(f"{name}: {exc}") from None
+
+    def _entries(self, uri: str, kind: str) -> list:
+        cached = self._cached
+        if cached is None or cached[0] != uri:
+            data = self._get(uri, uri)
+            if kind == "jsonl":
+                entries = parse_jsonl(data, self.max_bytes)
+            else:
+                entries = [json.loads(line)["text"].encode("utf-8") for line in data.split(b"\n") if line]
+            cached = self._cached = (uri, entries)
+        return cached[1]
 
 
 def run_task(task: Task, documents: list[Document], options: BaseModel) -> list[dict]:
@@ -94,6 +120,29 @@ def run_task(task: Task, documents: list[Document], options: BaseModel) -> list[
     ]
 
 
+def process_refs(
+    reader: DocumentReader, task: Task, options: BaseModel, refs: list[DocRef], soft_time_limit_s: int
+) -> list[dict]:
+    """Records of `refs`: read errors, then the task's results and errors. If the soft time limit strikes
+    during the pass, each of its documents gets a time-limit error."""
+    records: list[dict] = []
+    documents: list[Document] = []
+    for ref, read in zip(refs, reader.read_many(refs)):
+        if isinstance(read, DocumentError):
+            records.append(doc_record(ref.id, error=str(read), elapsed_s=0.0))
+        else:
+            documents.append(read)
+    try:
+        records += run_task(task, documents, options)
+    except SoftTimeLimitExceeded:
+        records += [
+            doc_record(d.id, error=f"{d.metadata['name']}: time limit of {soft_time_limit_s} s exceeded",
+                       elapsed_s=soft_time_limit_s)
+            for d in documents
+        ]
+    return records
+
+
 class JobProcessor:
     """Runs the Celery tasks' work against Redis state and object storage."""
 
@@ -110,57 +159,41 @@ class JobProcessor:
         if job is None:
             log.warning("job not found; dropping its documents", documents=len(doc_ids))
             return
-        remaining: int | None = None
+        refs = {ref.id: ref for ref in self.state.refs(job_id, doc_ids) if ref is not None}
+        known = [doc_id for doc_id in doc_ids if doc_id in refs]
+        if len(known) < len(doc_ids):
+            log.warning("unknown documents", doc_ids=sorted(set(doc_ids) - set(known)))
+        records: list[dict] = []
         pending: list[DocRef] = []
-        for ref, doc_id in zip(self.state.refs(job_id, doc_ids), doc_ids):
-            if ref is None:
-                log.warning("unknown document", doc_id=doc_id)
-                continue
-            attempt = self.state.begin_document(job_id, doc_id, MAX_ATTEMPTS)
+        for doc_id, attempt in zip(known, self.state.begin_documents(job_id, known, MAX_ATTEMPTS)):
+            ref = refs[doc_id]
             if attempt == "retry" and self.storage.exists(doc_uri(job.output_uri, doc_id)):
                 stored = json.loads(self.storage.get(doc_uri(job.output_uri, doc_id)))
-                remaining = self.state.finish_document(job_id, doc_id, stored["status"])
+                self.state.finish_documents(job_id, [(doc_id, stored["status"])])
             elif attempt == "exhausted":
                 log.error("giving up on document", doc_id=doc_id, attempts=MAX_ATTEMPTS)
-                remaining = self._store(job.output_uri, job_id, doc_record(
-                    doc_id, error=f"{ref.name}: gave up after {MAX_ATTEMPTS} attempts; each lost its worker "
-                    "(crash, out of memory or the hard time limit)", elapsed_s=0.0))
+                error = (f"{ref.name}: gave up after {MAX_ATTEMPTS} attempts; each lost its worker "
+                         "(crash, out of memory or the hard time limit)")
+                records.append(doc_record(doc_id, error=error, elapsed_s=0.0))
             elif attempt in ("first", "retry"):
                 pending.append(ref)
         if pending:
-            remaining = self._run(job.task, job.options, job.output_uri, job_id, pending)
-        if remaining is None:
-            remaining = self.state.remaining(job_id)
+            task = get_task(job.task)
+            options = validate_options(job.task, job.options)
+            records += process_refs(self.reader, task, options, pending, self.settings.task_soft_time_limit)
+        remaining = self._store(job.output_uri, job_id, records) if records else self.state.remaining(job_id)
         if remaining == 0:
             self.finalize(job_id)
 
-    def _run(self, task_name: str, options: dict, job_uri: str, job_id: str, refs: list[DocRef]) -> int:
-        documents: list[Document] = []
-        remaining = -1
-        for ref in refs:
-            try:
-                documents.append(self.reader.read(ref))
-            except DocumentError as exc:
-                remaining = self._store(job_uri, job_id, doc_record(ref.id, error=str(exc), elapsed_s=0.0))
-        done: set[str] = set()
-        try:
-            for record in run_task(get_task(task_name), documents, validate_options(task_name, options)):
-                remaining = self._store(job_uri, job_id, record)
-                done.add(record["id"])
-        except SoftTimeLimitExceeded:
-            limit = self.settings.task_soft_time_limit
-            for document in documents:
-                if document.id not in done:
-                    error = f"{document.metadata['name']}: time limit of {limit} s exceeded"
-                    remaining = self._store(job_uri, job_id, doc_record(document.id, error=error, elapsed_s=limit))
-        return remaining
-
-    def _store(self, job_uri: str, job_id: str, record: dict) -> int:
-        write_doc_record(self.storage, job_uri, record)
-        get_logger(job_id=job_id, doc_id=record["id"]).info(
-            "document " + record["status"], elapsed_s=record["elapsed_s"], error=record.get("error")
-        )
-        return self.state.finish_document(job_id, record["id"], record["status"])
+    def _store(self, job_uri: str, job_id: str, records: list[dict]) -> int:
+        """Write the records (all of them before any outcome is recorded, so a crash in between leaves records
+        for the retry to find), then record the outcomes; returns the job's documents without an outcome."""
+        write_doc_records(self.storage, job_uri, records)
+        for record in records:
+            get_logger(job_id=job_id, doc_id=record["id"]).info(
+                "document " + record["status"], elapsed_s=record["elapsed_s"], error=record.get("error")
+            )
+        return self.state.finish_documents(job_id, [(record["id"], record["status"]) for record in records])
 
     def finalize(self, job_id: str) -> JobStatus | None:
         """Write results.jsonl, errors.jsonl and manifest.json and set the final status, once every document

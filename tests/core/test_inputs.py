@@ -35,9 +35,10 @@ def test_inline_texts_get_ids_and_input_uris() -> None:
     request = JobRequest(task="stats", documents=[{"text": "héllo wörld"}, {"id": "x/y", "uri": "s3://bkt/a/b.pdf"},
                                                   {"uri": "s3://bkt/c.md"}])
     refs, inline = refs_from_request(request, "s3://out/t/j1", None, **LIMITS)
-    assert [(r.id, r.kind, r.name) for r in refs] == [("doc-0", "object", "doc-0.txt"), ("x/y", "object", "b.pdf"),
+    assert [(r.id, r.kind, r.name) for r in refs] == [("doc-0", "inline", "doc-0.txt"), ("x/y", "object", "b.pdf"),
                                                        ("c.md", "object", "c.md")]
-    assert inline == {"s3://out/t/j1/inputs/doc-0.txt": "héllo wörld".encode()}
+    assert refs[0].uri == "s3://out/t/j1/inputs/documents.jsonl" and refs[0].entry == 0
+    assert inline == {refs[0].uri: '{"id": "doc-0", "text": "héllo wörld"}\n'.encode()}
     assert storage_name("x/y") == "x%2Fy"
 
 

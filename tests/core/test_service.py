@@ -41,7 +41,8 @@ def test_submit_stores_inline_texts_and_queues_packed_groups_of_ids(service: Job
     )
     assert job.status == JobStatus.queued and job.counts.total == 3
     assert job.output_uri == f"{service.settings.output_uri}/acme/{job.id}"
-    assert service.storage.get(f"{job.output_uri}/inputs/t2.txt").decode() == texts[2]
+    stored = service.storage.get(f"{job.output_uri}/inputs/documents.jsonl").decode().splitlines()
+    assert [json.loads(line) for line in stored] == [{"id": f"t{i}", "text": t} for i, t in enumerate(texts)]
     messages = queued_messages(service)
     assert [(task, level) for task, level, _ in messages] == [(PROCESS_DOCUMENTS, 3)] * 2
     assert sorted(args[1] for *_, args in messages) == [["t0", "t1"], ["t2"]]

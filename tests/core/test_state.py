@@ -52,8 +52,8 @@ def test_concurrent_and_repeated_finishes_count_each_document_once(redis_url: st
         left = []
         for i in range(offset, offset + n_docs):
             doc = f"d{i % n_docs}"
-            mine.begin_document(job_id, doc, 3)
-            left.append(mine.finish_document(job_id, doc, "failed" if i % n_docs % 5 == 0 else "succeeded"))
+            mine.begin_documents(job_id, [doc], 3)
+            left.append(mine.finish_documents(job_id, [(doc, "failed" if i % n_docs % 5 == 0 else "succeeded")]))
         return left
 
     with ThreadPoolExecutor(8) as pool:
@@ -66,27 +66,28 @@ def test_concurrent_and_repeated_finishes_count_each_document_once(redis_url: st
 
 def test_begin_document_reports_attempts_and_done_documents(state: JobState) -> None:
     job_id = make_job(state, 2)
-    assert state.begin_document(job_id, "d0", 2) == "first"
+    assert state.begin_documents(job_id, ["d0"], 2) == ["first"]
     assert state.get(job_id).counts.running == 1
-    assert state.begin_document(job_id, "d0", 2) == "retry"
-    assert state.begin_document(job_id, "d0", 2) == "exhausted"
-    state.finish_document(job_id, "d0", "succeeded")
-    assert state.begin_document(job_id, "d0", 2) == "done"
-    assert state.get(job_id).counts == Counts(total=2, succeeded=1, queued=1)
+    assert state.begin_documents(job_id, ["d0", "d1"], 2) == ["retry", "first"]
+    assert state.begin_documents(job_id, ["d0"], 2) == ["exhausted"]
+    assert state.finish_documents(job_id, [("d0", "succeeded"), ("d0", "failed")]) == 1
+    assert state.begin_documents(job_id, ["d0"], 2) == ["done"]
+    assert state.get(job_id).counts == Counts(total=2, succeeded=1, running=1)
+    with pytest.raises(ValueError, match="outcome"):
+        state.finish_documents(job_id, [("d1", "skipped")])
 
 
 def test_cancel_records_unstarted_documents_as_cancelled(state: JobState) -> None:
     job_id = make_job(state, 4)
-    state.begin_document(job_id, "d0", 3)
-    state.finish_document(job_id, "d0", "succeeded")
-    state.begin_document(job_id, "d1", 3)
+    state.begin_documents(job_id, ["d0", "d1"], 3)
+    state.finish_documents(job_id, [("d0", "succeeded")])
     previous, remaining = state.cancel(job_id)
     assert (previous, remaining) == (JobStatus.running, 1)
     job = state.get(job_id)
     assert job.status == JobStatus.cancelling
     assert job.counts == Counts(total=4, succeeded=1, running=1, cancelled=2)
-    assert state.begin_document(job_id, "d2", 3) == "done"
-    assert state.finish_document(job_id, "d1", "succeeded") == 0
+    assert state.begin_documents(job_id, ["d2", "d1"], 3) == ["done", "cancelled"]
+    assert state.finish_documents(job_id, [("d1", "succeeded")]) == 0
     assert state.cancel(job_id) == (JobStatus.cancelling, -1)
 
 

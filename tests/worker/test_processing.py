@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from core.documents import DocumentError
 from core.jobs import JobRequest, JobStatus
 from core.service import JobService
-from worker.outputs import doc_record, doc_uri, write_doc_record
+from worker.outputs import doc_record, doc_uri, write_doc_records
 from worker.processing import MAX_ATTEMPTS, JobProcessor, run_task
 from worker.tasks import Document, Task
 
@@ -101,9 +101,9 @@ def test_a_retry_reuses_the_record_stored_before_a_crash(offline_service: JobSer
                                             documents=[{"id": "stored", "text": TEXT}, {"id": "fresh", "text": TEXT}]),
                                  "acme")
     # A first attempt started both documents and stored one record, then its worker died.
-    for doc_id in ("stored", "fresh"):
-        offline_service.state.begin_document(job.id, doc_id, MAX_ATTEMPTS)
-    write_doc_record(offline_service.storage, job.output_uri, doc_record("stored", result={"chars": -1}, elapsed_s=0.5))
+    offline_service.state.begin_documents(job.id, ["stored", "fresh"], MAX_ATTEMPTS)
+    write_doc_records(offline_service.storage, job.output_uri,
+                      [doc_record("stored", result={"chars": -1}, elapsed_s=0.5)])
     run_all(offline_service, processor, job.id)
     assert offline_service.state.redis.lrange(key, 0, -1) == [b"fresh"]
     results = {r["id"]: r["result"] for r in read_jsonl(offline_service, f"{job.output_uri}/results.jsonl")}
@@ -115,7 +115,7 @@ def test_a_document_that_keeps_losing_its_worker_fails_after_max_attempts(
 ) -> None:
     job = offline_service.submit(JobRequest(task="noop", documents=[{"id": "killer", "text": TEXT}]), "acme")
     for _ in range(MAX_ATTEMPTS):
-        offline_service.state.begin_document(job.id, "killer", MAX_ATTEMPTS)
+        offline_service.state.begin_documents(job.id, ["killer"], MAX_ATTEMPTS)
     run_all(offline_service, processor, job.id)
     [error] = read_jsonl(offline_service, f"{job.output_uri}/errors.jsonl")
     assert error["id"] == "killer" and f"gave up after {MAX_ATTEMPTS} attempts" in error["error"]
