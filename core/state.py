@@ -6,6 +6,7 @@ Keys (under the settings' `redis_prefix`):
   job:{id}:docs     hash: doc id -> final outcome, written once (HSETNX) so a redelivered task never counts twice
   job:{id}:running  set: doc ids being processed (running = SCARD; queued = total - done - running)
   job:{id}:attempts hash: doc id -> times processing started (a redelivered document counts again)
+  job:{id}:records  hash: doc id -> its record JSON (small ones), kept until finalize to save reading them back
   tenant:{t}:jobs   sorted set: job ids by creation time (listing, newest first)
   idem:{t}:{sha256} string: idempotency key -> job id
 Every change of counters happens inside one Lua script, so concurrent workers never lose a count.
@@ -16,7 +17,7 @@ import base64
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis import Redis
 
@@ -73,12 +74,13 @@ end
 return result
 """
 
-# ARGV: doc id, outcome, doc id, outcome, ... -> documents of the job still without an outcome.
+# ARGV: (doc id, outcome, record JSON or "") per document -> documents of the job still without an outcome.
 _FINISH = """
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
   redis.call("SREM", KEYS[3], ARGV[i])
   if redis.call("HSETNX", KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
     redis.call("HINCRBY", KEYS[1], ARGV[i + 1], 1)
+    if ARGV[i + 2] ~= "" then redis.call("HSET", KEYS[4], ARGV[i], ARGV[i + 2]) end
   end
 end
 return tonumber(redis.call("HGET", KEYS[1], "total")) - redis.call("HLEN", KEYS[2])
@@ -102,6 +104,15 @@ end
 redis.call("HINCRBY", KEYS[1], "cancelled", skipped)
 return {status, tonumber(redis.call("HGET", KEYS[1], "total")) - redis.call("HLEN", KEYS[2])}
 """
+
+
+class _JobKeys(NamedTuple):
+    base: str
+    docs: str
+    running: str
+    refs: str
+    attempts: str
+    records: str
 
 
 def utcnow() -> datetime:
@@ -140,9 +151,10 @@ class JobState:
         self._finish = redis.register_script(_FINISH)
         self._cancel = redis.register_script(_CANCEL)
 
-    def _job_keys(self, job_id: str) -> list[str]:
+    def _keys(self, job_id: str) -> _JobKeys:
         base = f"{self.prefix}job:{job_id}"
-        return [base, f"{base}:docs", f"{base}:running", f"{base}:refs", f"{base}:attempts"]
+        return _JobKeys(base, f"{base}:docs", f"{base}:running", f"{base}:refs", f"{base}:attempts",
+                        f"{base}:records")
 
     def _index_key(self, tenant: str) -> str:
         return f"{self.prefix}tenant:{tenant}:jobs"
@@ -169,10 +181,10 @@ class JobState:
             "total": str(len(refs)),
             **{outcome: "0" for outcome in OUTCOMES},
         }
-        base, _, _, refs_key, _ = self._job_keys(job.id)
+        keys = self._keys(job.id)
         idem_key = f"{self.prefix}idem:{job.tenant}:{_idempotency_hash(idempotency_key or '')}"
         result = self._create(
-            keys=[base, refs_key, self._index_key(job.tenant), idem_key],
+            keys=[keys.base, keys.refs, self._index_key(job.tenant), idem_key],
             args=[
                 job.id,
                 int(job.created_at.timestamp() * 1000),
@@ -192,9 +204,9 @@ class JobState:
         """Jobs by id (None for unknown ids), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            base, _, running, _, _ = self._job_keys(job_id)
-            pipe.hgetall(base)
-            pipe.scard(running)
+            keys = self._keys(job_id)
+            pipe.hgetall(keys.base)
+            pipe.scard(keys.running)
         replies = pipe.execute()
         return [_to_job(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
 
@@ -231,56 +243,63 @@ class JobState:
 
     def refs(self, job_id: str, doc_ids: list[str]) -> list[DocRef | None]:
         """The refs of `doc_ids` (None for unknown ones)."""
-        values = self.redis.hmget(self._job_keys(job_id)[3], doc_ids) if doc_ids else []
+        values = self.redis.hmget(self._keys(job_id).refs, doc_ids) if doc_ids else []
         return [DocRef.from_dict(json.loads(value)) if value else None for value in values]
 
     def all_refs(self, job_id: str) -> list[DocRef]:
         """All refs of the job, in request order."""
-        values = self.redis.hvals(self._job_keys(job_id)[3])
+        values = self.redis.hvals(self._keys(job_id).refs)
         return sorted((DocRef.from_dict(json.loads(value)) for value in values), key=lambda ref: ref.index)
 
     def outcomes(self, job_id: str) -> dict[str, str]:
         """Doc id -> recorded outcome (succeeded, failed or cancelled)."""
-        return {k.decode(): v.decode() for k, v in self.redis.hgetall(self._job_keys(job_id)[1]).items()}
+        return {k.decode(): v.decode() for k, v in self.redis.hgetall(self._keys(job_id).docs).items()}
 
     def begin_documents(self, job_id: str, doc_ids: list[str], max_attempts: int) -> list[str]:
         """Mark documents as running, in one round trip. Returns per document "first" (first attempt), "retry"
         (an earlier attempt started it: look for its stored record), "exhausted" (more than `max_attempts`
         attempts), "done" (outcome already recorded: skip) or "cancelled" (recorded as cancelled: skip)."""
-        base, docs, running, _, attempts = self._job_keys(job_id)
+        keys = self._keys(job_id)
         replies = self._begin(
-            keys=[base, docs, running, attempts], args=[utcnow().isoformat(), max_attempts, *doc_ids]
+            keys=[keys.base, keys.docs, keys.running, keys.attempts],
+            args=[utcnow().isoformat(), max_attempts, *doc_ids],
         )
         return [reply.decode() for reply in replies]
 
-    def finish_documents(self, job_id: str, outcomes: list[tuple[str, str]]) -> int:
-        """Record (doc id, outcome) pairs, each document once (later calls change nothing), in one round trip.
+    def finish_documents(self, job_id: str, outcomes: list[tuple[str, str, str]]) -> int:
+        """Record (doc id, outcome, record JSON or "") triples, each document once (later calls change nothing),
+        in one round trip; the record JSON is kept until finalize so it need not be read back from storage.
         Returns how many documents of the job have no outcome yet."""
-        for _, outcome in outcomes:
+        for _, outcome, _ in outcomes:
             if outcome not in OUTCOMES:
                 raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        base, docs, running, _, _ = self._job_keys(job_id)
-        return int(self._finish(keys=[base, docs, running], args=[item for pair in outcomes for item in pair]))
+        keys = self._keys(job_id)
+        args = [item for triple in outcomes for item in triple]
+        return int(self._finish(keys=[keys.base, keys.docs, keys.running, keys.records], args=args))
+
+    def records(self, job_id: str) -> dict[str, dict]:
+        """Doc id -> the records kept by `finish_documents` (until the job is final)."""
+        return {k.decode(): json.loads(v) for k, v in self.redis.hgetall(self._keys(job_id).records).items()}
 
     def remaining(self, job_id: str) -> int:
         """How many documents of the job have no outcome yet."""
-        base, docs, _, _, _ = self._job_keys(job_id)
+        keys = self._keys(job_id)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(base, "total")
-        pipe.hlen(docs)
+        pipe.hget(keys.base, "total")
+        pipe.hlen(keys.docs)
         total, done = pipe.execute()
         return int(total or 0) - int(done)
 
     def cancel(self, job_id: str) -> tuple[JobStatus | None, int]:
         """Start cancelling a queued or running job: documents not yet started are recorded as cancelled at once.
         Returns (status before, documents without an outcome now); -1 if the job was not cancellable."""
-        base, docs, running, refs, _ = self._job_keys(job_id)
-        previous, remaining = self._cancel(keys=[base, docs, running, refs])
+        keys = self._keys(job_id)
+        previous, remaining = self._cancel(keys=[keys.base, keys.docs, keys.running, keys.refs])
         return (JobStatus(previous.decode()) if previous else None), int(remaining)
 
     def stamp_finished(self, job_id: str) -> datetime:
         """Set the job's finished_at the first time this is called; returns it (the same on every call)."""
-        base = self._job_keys(job_id)[0]
+        base = self._keys(job_id).base
         pipe = self.redis.pipeline(transaction=True)
         pipe.hsetnx(base, "finished_at", utcnow().isoformat())
         pipe.hget(base, "finished_at")
@@ -292,13 +311,13 @@ class JobState:
         if not status.is_final:
             raise ValueError(f"status must be final, got {status}")
         self.stamp_finished(job_id)
-        base, docs, running, refs, attempts = self._job_keys(job_id)
+        keys = self._keys(job_id)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(base, "status", status.value)
+        pipe.hset(keys.base, "status", status.value)
         if error:
-            pipe.hset(base, "error", error)
-        pipe.delete(running)
-        for key in (base, docs, refs, attempts):
+            pipe.hset(keys.base, "error", error)
+        pipe.delete(keys.running, keys.records)
+        for key in (keys.base, keys.docs, keys.refs, keys.attempts):
             pipe.expire(key, self.job_ttl_s)
         pipe.execute()
 

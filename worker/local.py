@@ -45,12 +45,12 @@ def run_local(
     reader = DocumentReader(storage, settings.max_document_bytes)
     runner = get_task(task)
     started = utcnow()
-    outcomes: dict[str, str] = {}
+    records: dict[str, dict] = {}
     with tqdm(total=len(refs), unit="doc", desc=task, disable=not progress) as bar:
         for group in pack(refs, settings.pack_token_budget, settings.max_documents_per_task):
-            records = process_refs(reader, runner, parsed, group, settings.task_soft_time_limit)
-            write_doc_records(storage, job_uri, records)
-            outcomes.update((record["id"], record["status"]) for record in records)
+            done = process_refs(reader, runner, parsed, group, settings.task_soft_time_limit)
+            write_doc_records(storage, job_uri, done)
+            records.update((record["id"], record) for record in done)
             bar.update(len(group))
     job_fields = {
         "job_id": None,
@@ -60,4 +60,5 @@ def run_local(
         "created_at": started.isoformat(),
         "input": str(input_dir),
     }
-    return write_job_outputs(storage, job_uri, refs, outcomes, job_fields, started, utcnow())
+    outcomes = {doc_id: record["status"] for doc_id, record in records.items()}
+    return write_job_outputs(storage, job_uri, refs, outcomes, job_fields, started, utcnow(), records)

@@ -60,12 +60,16 @@ def write_job_outputs(
     job_fields: dict[str, Any],
     started_at: datetime | None,
     finished_at: datetime,
+    known_records: dict[str, dict],
 ) -> dict[str, Any]:
-    """Assemble results.jsonl and errors.jsonl from the per-document records and write them with manifest.json.
-    Depends only on stored data, so running it twice writes the same files. Returns the manifest."""
+    """Assemble results.jsonl and errors.jsonl from the per-document records (`known_records`, the rest read
+    from docs/) and write them with manifest.json. The records are the stored ones, so running it twice writes
+    the same files. Returns the manifest."""
     finished = [ref.id for ref in refs if outcomes.get(ref.id) in ("succeeded", "failed")]
+    missing = [doc_id for doc_id in finished if doc_id not in known_records]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        records = list(pool.map(lambda doc_id: json.loads(storage.get(doc_uri(job_uri, doc_id))), finished))
+        read = dict(zip(missing, pool.map(lambda doc_id: json.loads(storage.get(doc_uri(job_uri, doc_id))), missing)))
+    records = [known_records.get(doc_id) or read[doc_id] for doc_id in finished]
     results, errors = [], []
     for record in records:
         if record["status"] == "succeeded":

@@ -23,6 +23,7 @@ from worker.tasks import Document, Task, get_task
 
 MAX_ATTEMPTS = 3
 READ_THREADS = 16
+KEPT_RECORD_CHARS = 16_384
 
 
 class DocumentReader:
@@ -169,7 +170,7 @@ class JobProcessor:
             ref = refs[doc_id]
             if attempt == "retry" and self.storage.exists(doc_uri(job.output_uri, doc_id)):
                 stored = json.loads(self.storage.get(doc_uri(job.output_uri, doc_id)))
-                self.state.finish_documents(job_id, [(doc_id, stored["status"])])
+                self.state.finish_documents(job_id, [(doc_id, stored["status"], "")])
             elif attempt == "exhausted":
                 log.error("giving up on document", doc_id=doc_id, attempts=MAX_ATTEMPTS)
                 error = (f"{ref.name}: gave up after {MAX_ATTEMPTS} attempts; each lost its worker "
@@ -193,7 +194,11 @@ class JobProcessor:
             get_logger(job_id=job_id, doc_id=record["id"]).info(
                 "document " + record["status"], elapsed_s=record["elapsed_s"], error=record.get("error")
             )
-        return self.state.finish_documents(job_id, [(record["id"], record["status"]) for record in records])
+        outcomes = []
+        for record in records:
+            encoded = json.dumps(record, ensure_ascii=False)
+            outcomes.append((record["id"], record["status"], encoded if len(encoded) <= KEPT_RECORD_CHARS else ""))
+        return self.state.finish_documents(job_id, outcomes)
 
     def finalize(self, job_id: str) -> JobStatus | None:
         """Write results.jsonl, errors.jsonl and manifest.json and set the final status, once every document
@@ -217,6 +222,7 @@ class JobProcessor:
             job_fields,
             job.started_at or job.created_at,
             finished_at,
+            self.state.records(job_id),
         )
         status = JobStatus(manifest["status"])
         self.state.set_final(job_id, status)

@@ -53,7 +53,7 @@ def test_concurrent_and_repeated_finishes_count_each_document_once(redis_url: st
         for i in range(offset, offset + n_docs):
             doc = f"d{i % n_docs}"
             mine.begin_documents(job_id, [doc], 3)
-            left.append(mine.finish_documents(job_id, [(doc, "failed" if i % n_docs % 5 == 0 else "succeeded")]))
+            left.append(mine.finish_documents(job_id, [(doc, "failed" if i % n_docs % 5 == 0 else "succeeded", "")]))
         return left
 
     with ThreadPoolExecutor(8) as pool:
@@ -70,31 +70,34 @@ def test_begin_document_reports_attempts_and_done_documents(state: JobState) -> 
     assert state.get(job_id).counts.running == 1
     assert state.begin_documents(job_id, ["d0", "d1"], 2) == ["retry", "first"]
     assert state.begin_documents(job_id, ["d0"], 2) == ["exhausted"]
-    assert state.finish_documents(job_id, [("d0", "succeeded"), ("d0", "failed")]) == 1
+    assert state.finish_documents(job_id, [("d0", "succeeded", '{"id": "d0"}'), ("d0", "failed", '{"x": 1}')]) == 1
+    assert state.records(job_id) == {"d0": {"id": "d0"}}
     assert state.begin_documents(job_id, ["d0"], 2) == ["done"]
     assert state.get(job_id).counts == Counts(total=2, succeeded=1, running=1)
     with pytest.raises(ValueError, match="outcome"):
-        state.finish_documents(job_id, [("d1", "skipped")])
+        state.finish_documents(job_id, [("d1", "skipped", "")])
 
 
 def test_cancel_records_unstarted_documents_as_cancelled(state: JobState) -> None:
     job_id = make_job(state, 4)
     state.begin_documents(job_id, ["d0", "d1"], 3)
-    state.finish_documents(job_id, [("d0", "succeeded")])
+    state.finish_documents(job_id, [("d0", "succeeded", "")])
     previous, remaining = state.cancel(job_id)
     assert (previous, remaining) == (JobStatus.running, 1)
     job = state.get(job_id)
     assert job.status == JobStatus.cancelling
     assert job.counts == Counts(total=4, succeeded=1, running=1, cancelled=2)
     assert state.begin_documents(job_id, ["d2", "d1"], 3) == ["done", "cancelled"]
-    assert state.finish_documents(job_id, [("d1", "succeeded")]) == 0
+    assert state.finish_documents(job_id, [("d1", "succeeded", "")]) == 0
     assert state.cancel(job_id) == (JobStatus.cancelling, -1)
 
 
 def test_set_final_stamps_finished_at_once(state: JobState) -> None:
     job_id = make_job(state, 1)
     first = state.stamp_finished(job_id)
+    state.finish_documents(job_id, [("d0", "failed", '{"id": "d0", "error": "boom"}')])
     state.set_final(job_id, JobStatus.failed, error="boom")
+    assert state.records(job_id) == {}
     job = state.get(job_id)
     assert (job.status, job.error, job.finished_at) == (JobStatus.failed, "boom", first)
     assert 0 < state.redis.ttl(f"{state.prefix}job:{job_id}") <= 3600
