@@ -16,7 +16,9 @@ settings = get_settings()
 app = Celery("docflash", include=["worker.jobs"])
 app.conf.update(celery_config(settings))
 if settings.watch_uri:
-    app.conf.beat_schedule = {"watch-s3-drop": {"task": WATCH_POLL, "schedule": settings.watch_interval_s}}
+    app.conf.beat_schedule = {
+        "watch-s3-drop": {"task": WATCH_POLL, "schedule": settings.watch_interval_s, "args": [settings.watch_uri]}
+    }
 
 
 @setup_logging.connect

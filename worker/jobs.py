@@ -29,9 +29,10 @@ def finalize_job(job_id: str) -> None:
     processor().finalize(job_id)
 
 
-@app.task(name=WATCH_POLL)
-def watch_poll() -> None:
-    """One pass of the S3 drop watcher (scheduled by Celery beat when `watch_uri` is set)."""
+@app.task(name=WATCH_POLL, ignore_result=True)
+def watch_poll(watch_uri: str) -> None:
+    """One pass of the S3 drop watcher over `watch_uri` (scheduled by Celery beat when `watch_uri` is set)."""
     from worker.watch import DropWatcher
 
-    DropWatcher(settings, JobService.from_settings(settings)).poll()
+    watch_settings = settings.model_copy(update={"watch_uri": watch_uri})
+    DropWatcher(watch_settings, JobService.from_settings(watch_settings)).poll()

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +152,26 @@ def test_dropped_document_is_processed_end_to_end(service_settings, celery_worke
     assert json.loads(line) == {"id": "memo.txt", "result": json.loads(line)["result"]}
     assert json.loads(line)["result"]["sentences"] == 3
     assert job.output_uri.startswith(f"{settings.output_uri}/dropbox/")
+
+
+def test_celery_beat_schedules_the_watcher(service_env: dict[str, str], service_settings, celery_worker: str,
+                                           test_bucket: str, tmp_path, wait_for) -> None:
+    prefix = f"s3://{test_bucket}/drop-beat-{uuid.uuid4().hex[:8]}"
+    service = JobService.from_settings(service_settings)
+    service.storage.put(f"{prefix}/noop/scheduled.txt", TEXT.encode())
+    env = {**os.environ, **service_env, "DOCFLASH_WATCH_URI": prefix, "DOCFLASH_WATCH_INTERVAL_S": "1"}
+    beat = subprocess.Popen(
+        [str(Path(sys.executable).parent / "celery"), "-A", "worker.celery_app", "beat",
+         "--schedule", str(tmp_path / "beat-schedule"), "--loglevel", "WARNING"],
+        env=env, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        def dropped_job():
+            jobs = [j for j in service.list("dropbox", limit=100)[0] if j.metadata.get("source", "").startswith(prefix)]
+            return jobs[0] if jobs and jobs[0].status.is_final else None
+
+        job = wait_for(dropped_job, 60, "the scheduled poll's job")
+    finally:
+        beat.terminate()
+        beat.wait(10)
+    assert job.status == JobStatus.succeeded and job.metadata["source"] == f"{prefix}/noop/scheduled.txt"
