@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None, service: JobService | None = No
     app.state.service = service
     app.state.api_keys = parse_api_keys(settings.api_keys)
     registry = CollectorRegistry()
-    registry.register(metrics.ServiceCollector(service.state, settings.gpu_queue))
+    registry.register(metrics.ServiceCollector(service.state, settings.gpu_queue, settings.metrics_window_s))
     app.state.metrics_registry = registry
     install_error_handlers(app)
     app.include_router(jobs.router)

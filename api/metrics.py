@@ -1,7 +1,8 @@
 """Prometheus metrics of the API.
 
-Service-wide figures (queue depth, jobs and documents by status, job durations) are read from Redis when
-scraped, so every API replica reports the same values; HTTP request figures are per replica, as usual.
+Service-wide figures (queue depth; jobs, documents and job durations of the jobs created in the last
+`metrics_window_s`) are read from Redis when scraped, so every API replica reports the same values; HTTP
+request figures are per replica, as usual.
 """
 import bisect
 import threading
@@ -28,15 +29,17 @@ router = APIRouter(tags=["metrics"])
 
 
 class ServiceCollector(Collector):
-    """Queue depth and the retained jobs' statuses, document counts and durations, read from Redis.
+    """Queue depth, and the statuses, document counts and durations of the jobs created in the last `window_s`
+    seconds, read from Redis.
 
-    Reading every retained job costs one pipelined round trip per 500 jobs, so results are kept for `cache_s`
-    seconds: several scrapers (or replicas) in that window share one read.
+    Reading the window's jobs costs one pipelined round trip per 500 jobs, so results are kept for `cache_s`
+    seconds: several scrapers in that time share one read.
     """
 
-    def __init__(self, state: JobState, queue: str, cache_s: float = 10.0):
+    def __init__(self, state: JobState, queue: str, window_s: int, cache_s: float = 10.0):
         self.state = state
         self.queue = queue
+        self.window_s = window_s
         self.cache_s = cache_s
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Metric]] | None = None
@@ -49,9 +52,11 @@ class ServiceCollector(Collector):
             return iter(self._cached[1])
 
     def _jobs(self) -> Iterator[Job]:
+        """The jobs created within the window (the tenants' job indexes are scored by creation time in ms)."""
+        since_ms = int((time.time() - self.window_s) * 1000)
         ids: list[str] = []
         for index in self.state.redis.scan_iter(match=f"{self.state.prefix}tenant:*:jobs", count=1000):
-            ids.extend(member.decode() for member in self.state.redis.zrange(index, 0, -1))
+            ids.extend(member.decode() for member in self.state.redis.zrangebyscore(index, since_ms, "+inf"))
         for start in range(0, len(ids), _JOBS_PER_ROUND_TRIP):
             yield from (job for job in self.state.get_many(ids[start:start + _JOBS_PER_ROUND_TRIP]) if job)
 
@@ -67,10 +72,10 @@ class ServiceCollector(Collector):
                 documents[name] += getattr(job.counts, name)
             if job.finished_at is not None:
                 durations[job.task].append((job.finished_at - (job.started_at or job.created_at)).total_seconds())
-        jobs = GaugeMetricFamily("docflash_jobs", "Retained jobs by status", labels=["status"])
+        jobs = GaugeMetricFamily("docflash_jobs", "Jobs created in the metrics window, by status", labels=["status"])
         for status, count in sorted(jobs_by_status.items()):
             jobs.add_metric([status], count)
-        docs = GaugeMetricFamily("docflash_documents", "Documents of retained jobs by state", labels=["state"])
+        docs = GaugeMetricFamily("docflash_documents", "Documents of the jobs created in the metrics window, by state", labels=["state"])
         for name, count in documents.items():
             docs.add_metric([name], count)
         return [depth, jobs, docs, _duration_histogram(durations)]
@@ -78,7 +83,8 @@ class ServiceCollector(Collector):
 
 def _duration_histogram(durations: dict[str, list[float]]) -> GaugeHistogramMetricFamily:
     family = GaugeHistogramMetricFamily(
-        "docflash_job_duration_seconds", "Run time (start to end) of retained finished jobs, by task",
+        "docflash_job_duration_seconds",
+        "Run time (start to end) of the finished jobs created in the metrics window, by task",
         labels=["task"],
     )
     for task, values in sorted(durations.items()):

@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     watch_tenant: str = "s3-drop"
 
     api_keys: StrList = Field(default_factory=list)
+    metrics_window_s: int = Field(24 * 3600, gt=0)
 
     @field_validator("warmup_tasks", "extra_task_modules", "api_keys", mode="before")
     @classmethod

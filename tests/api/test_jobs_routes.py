@@ -35,8 +35,9 @@ async def test_submit_answers_202_and_stores_inputs_under_the_tenant(client, aut
     assert job["counts"] == {"total": 2, "succeeded": 0, "failed": 0, "running": 0, "queued": 2, "cancelled": 0}
     assert job["output_uri"] == f"{api_settings.output_uri}/acme/{job['id']}"
     assert job["metadata"] == {"batch": "b1"}
-    key = f"jobs/acme/{job['id']}/inputs/d1.txt"
-    assert s3.get_object(Bucket="docflash-test", Key=key)["Body"].read().decode() == TEXTS[1]
+    listed = s3.list_objects_v2(Bucket="docflash-test", Prefix=f"jobs/acme/{job['id']}/inputs/")["Contents"]
+    stored = "".join(s3.get_object(Bucket="docflash-test", Key=item["Key"])["Body"].read().decode() for item in listed)
+    assert all(text in stored for text in TEXTS)
 
 
 async def test_get_returns_the_submitted_job(client, auth):

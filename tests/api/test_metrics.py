@@ -1,4 +1,5 @@
 """/metrics: service figures read from Redis (so every replica agrees) and per-replica HTTP figures."""
+import time
 import uuid
 
 import httpx
@@ -66,3 +67,20 @@ async def test_http_requests_are_counted_by_route_template_and_status(client):
     after = samples((await client.get("/metrics")).text)
 
     assert after[key] - before.get(key, 0) == 3
+
+
+async def test_jobs_older_than_the_window_are_not_counted(isolated_settings, auth):
+    settings = isolated_settings.model_copy(update={"metrics_window_s": 1})
+    body = {"task": "stats", "documents": [{"text": "a short text."}]}
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://a.test") as a:
+        await a.post("/v1/jobs", json=body, headers=auth["acme"])
+        fresh = samples((await a.get("/metrics")).text)
+    time.sleep(1.2)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://b.test") as b:
+        later = samples((await b.get("/metrics")).text)
+
+    assert fresh[("docflash_jobs", (("status", "queued"),))] == 1
+    assert later[("docflash_jobs", (("status", "queued"),))] == 0
+    assert later[("docflash_queue_depth", (("queue", settings.gpu_queue),))] == 1
