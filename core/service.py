@@ -17,7 +17,7 @@ from core.jobs import Counts, Job, JobRequest, JobStatus
 from core.logging import get_logger
 from core.settings import Settings
 from core.state import JobState, utcnow
-from core.storage import ObjectNotFound, S3Storage, Storage, join_uri
+from core.storage import AccessDenied, ObjectNotFound, S3Storage, Storage, join_uri
 from core.task_specs import UnknownTaskError, validate_options
 
 __all__ = ["InvalidJobError", "JobService", "OUTPUT_FILES", "job_state_from_settings"]
@@ -70,6 +70,8 @@ class JobService:
             existing = self.state.idempotent_job_id(tenant, request.idempotency_key)
             if existing and (job := self.state.get(existing)) is not None:
                 return job
+        if request.output_uri:
+            self._check_output(request.output_uri)
         job_id = uuid.uuid4().hex
         job_uri = join_uri(request.output_uri or self.settings.output_uri, tenant, job_id)
         refs, inline = refs_from_request(
@@ -118,6 +120,13 @@ class JobService:
         for field, uri in sources:
             if (uri.startswith(area) or area.startswith(uri)) and not uri.startswith(own):
                 raise InvalidJobError(field, "may not read the job files of other tenants")
+
+    def _check_output(self, output_uri: str) -> None:
+        """Refuse an output location whose bucket the service cannot reach."""
+        try:
+            self.storage.check_bucket(output_uri)
+        except (ObjectNotFound, AccessDenied) as exc:
+            raise InvalidJobError("output_uri", f"cannot write to {output_uri}: {exc}") from None
 
     def get(self, tenant: str, job_id: str) -> Job | None:
         """The tenant's job, or None (also for another tenant's job)."""

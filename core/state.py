@@ -251,9 +251,13 @@ class JobState:
         values = self.redis.hvals(self._keys(job_id).refs)
         return sorted((DocRef.from_dict(json.loads(value)) for value in values), key=lambda ref: ref.index)
 
-    def outcomes(self, job_id: str) -> dict[str, str]:
-        """Doc id -> recorded outcome (succeeded, failed or cancelled)."""
-        return {k.decode(): v.decode() for k, v in self.redis.hgetall(self._keys(job_id).docs).items()}
+    def outcomes(self, job_id: str, doc_ids: list[str] | None = None) -> dict[str, str]:
+        """Doc id -> recorded outcome (succeeded, failed or cancelled), of all documents or of `doc_ids`."""
+        key = self._keys(job_id).docs
+        if doc_ids is None:
+            return {k.decode(): v.decode() for k, v in self.redis.hgetall(key).items()}
+        values = self.redis.hmget(key, doc_ids) if doc_ids else []
+        return {doc_id: value.decode() for doc_id, value in zip(doc_ids, values) if value is not None}
 
     def begin_documents(self, job_id: str, doc_ids: list[str], max_attempts: int) -> list[str]:
         """Mark documents as running, in one round trip. Returns per document "first" (first attempt), "retry"

@@ -179,9 +179,12 @@ class S3Storage(Storage):
         )
 
     def check_bucket(self, uri: str) -> None:
-        """Raise if the bucket of `uri` cannot be reached (used by readiness checks)."""
+        """Raise (ObjectNotFound, AccessDenied, or the client's error) if the bucket of `uri` cannot be reached."""
         bucket, _ = split_s3_uri(uri)
-        self._client.head_bucket(Bucket=bucket)
+        try:
+            self._client.head_bucket(Bucket=bucket)
+        except ClientError as exc:
+            raise _client_error(exc, f"s3://{bucket}") from None
 
 
 def file_uri(path: Path) -> str:

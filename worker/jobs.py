@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from functools import cache
 
+from billiard.exceptions import TimeLimitExceeded, WorkerLostError
+from celery import Task
+
+from core.logging import get_logger
 from core.queues import FINALIZE_JOB, PROCESS_DOCUMENTS, WATCH_POLL
 from core.service import JobService, job_state_from_settings
 from core.storage import S3Storage
 from worker.celery_app import app, load_task_modules, settings
-from worker.processing import JobProcessor
+from worker.processing import MAX_ATTEMPTS, JobProcessor
 
 
 @cache
@@ -17,7 +21,30 @@ def processor() -> JobProcessor:
     return JobProcessor(settings, job_state_from_settings(settings), S3Storage(settings))
 
 
-@app.task(name=PROCESS_DOCUMENTS)
+class DocumentsTask(Task):
+    """Retries a group whose processing raised (storage or broker trouble: document and model errors never
+    escape the pipeline), and once it gives up (or the hard time limit killed it) records its unfinished
+    documents as failed, so the job still ends. A lost worker is left to redelivery."""
+
+    autoretry_for = (Exception,)
+    max_retries = MAX_ATTEMPTS - 1
+    retry_backoff = 2
+    retry_jitter = False
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        """Record the group's documents without an outcome as failed (not for a lost worker)."""
+        if isinstance(exc, WorkerLostError):
+            return
+        job_id, doc_ids = args
+        reason = (f"hard time limit of {settings.task_hard_time_limit} s exceeded"
+                  if isinstance(exc, TimeLimitExceeded) else f"processing failed: {type(exc).__name__}: {exc}")
+        try:
+            processor().fail_documents(job_id, doc_ids, reason)
+        except Exception:
+            get_logger(job_id=job_id).exception("could not record the failed documents", doc_ids=doc_ids)
+
+
+@app.task(name=PROCESS_DOCUMENTS, base=DocumentsTask)
 def process_documents(job_id: str, doc_ids: list[str]) -> None:
     """Process one group of a job's documents."""
     processor().process(job_id, doc_ids)

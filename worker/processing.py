@@ -186,6 +186,19 @@ class JobProcessor:
         if remaining == 0:
             self.finalize(job_id)
 
+    def fail_documents(self, job_id: str, doc_ids: list[str], reason: str) -> None:
+        """Record each of `doc_ids` that has no outcome yet as failed with `reason` (finalizing the job if these
+        were its last documents)."""
+        job = self.state.get(job_id)
+        if job is None:
+            return
+        outcomes = self.state.outcomes(job_id, doc_ids)
+        refs = [ref for ref in self.state.refs(job_id, doc_ids) if ref is not None and ref.id not in outcomes]
+        if refs:
+            records = [doc_record(ref.id, error=f"{ref.name}: {reason}", elapsed_s=0.0) for ref in refs]
+            if self._store(job.output_uri, job_id, records) == 0:
+                self.finalize(job_id)
+
     def _store(self, job_uri: str, job_id: str, records: list[dict]) -> int:
         """Write the records (all of them before any outcome is recorded, so a crash in between leaves records
         for the retry to find), then record the outcomes; returns the job's documents without an outcome."""

@@ -117,6 +117,16 @@ def test_a_missing_input_bucket_is_refused_naming_input_uri(service: JobService)
     assert caught.value.field == "input_uri"
 
 
+def test_an_unreachable_output_bucket_is_refused_naming_output_uri(service: JobService, test_bucket: str) -> None:
+    request = JobRequest(task="noop", documents=[{"text": "x"}], output_uri="s3://no-such-bucket-here/out")
+    with pytest.raises(InvalidJobError, match="cannot write") as caught:
+        service.submit(request, "acme")
+    assert caught.value.field == "output_uri"
+    job = service.submit(JobRequest(task="noop", documents=[{"text": "x"}], output_uri=f"s3://{test_bucket}/custom"),
+                         "acme")
+    assert job.output_uri == f"s3://{test_bucket}/custom/acme/{job.id}"
+
+
 def test_bad_tenant_names_are_refused(service: JobService) -> None:
     with pytest.raises(ValueError, match="tenant"):
         service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "../etc")

@@ -96,3 +96,10 @@ def test_a_worker_killed_mid_document_is_redelivered_and_each_document_ends_once
     assert wait_final(service, "acme", slow.id, wait_for).status == JobStatus.failed
     [error] = read_jsonl(service, "acme", slow.id, "errors")
     assert error["id"] == "slow" and "time limit of 2 s exceeded" in error["error"]
+
+    stuck = service.submit(JobRequest(task="sleep", options={"seconds": 10, "ignore_soft_limit": True},
+                                      documents=[{"id": "stuck", "text": TEXT}, {"id": "next", "text": TEXT}]), "acme")
+    assert wait_final(service, "acme", stuck.id, wait_for).status == JobStatus.failed
+    errors = read_jsonl(service, "acme", stuck.id, "errors")
+    assert [e["id"] for e in errors] == ["stuck", "next"]
+    assert all("hard time limit of 3 s exceeded" in e["error"] for e in errors)

@@ -192,3 +192,19 @@ def test_doc_records_are_keyed_safely() -> None:
     assert doc_uri("s3://b/j", "a/b c") == "s3://b/j/docs/a%2Fb%20c.json"
     with pytest.raises(ValueError):
         doc_record("x", result={}, error="both", elapsed_s=0)
+
+
+def test_failing_a_group_records_only_its_unfinished_documents(offline_service: JobService,
+                                                               processor: JobProcessor) -> None:
+    job = offline_service.submit(JobRequest(task="noop", documents=[{"id": f"d{i}", "text": TEXT} for i in range(3)]),
+                                 "acme")
+    offline_service.state.begin_documents(job.id, ["d0", "d1", "d2"], MAX_ATTEMPTS)
+    offline_service.state.finish_documents(job.id, [("d0", "succeeded", "")])
+    write_doc_records(offline_service.storage, job.output_uri, [doc_record("d0", result={"chars": 1}, elapsed_s=0.1)])
+    processor.fail_documents(job.id, ["d0", "d1", "d2"], "hard time limit of 3 s exceeded")
+    final = offline_service.get("acme", job.id)
+    assert final.status == JobStatus.partially_succeeded and (final.counts.succeeded, final.counts.failed) == (1, 2)
+    errors = read_jsonl(offline_service, f"{job.output_uri}/errors.jsonl")
+    assert [(e["id"], e["error"]) for e in errors] == [("d1", "d1.txt: hard time limit of 3 s exceeded"),
+                                                       ("d2", "d2.txt: hard time limit of 3 s exceeded")]
+    assert [r["id"] for r in read_jsonl(offline_service, f"{job.output_uri}/results.jsonl")] == ["d0"]

@@ -1,10 +1,12 @@
 """A test-only task, loaded by test workers through DOCFLASH_EXTRA_TASK_MODULES: `sleep` waits `seconds` per
-document (so a test can kill a worker mid-document) and appends each run's document id to the Redis list
-`record_key` at `record_url` when those are set."""
+document (so a test can kill a worker mid-document; with `ignore_soft_limit` it sleeps on through the soft
+time limit, into the hard one) and appends each run's document id to the Redis list `record_key` at
+`record_url` when those are set."""
 from __future__ import annotations
 
 import time
 
+from billiard.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field
 from redis import Redis
 
@@ -18,6 +20,7 @@ class SleepOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seconds: float = Field(0.0, ge=0, le=60)
+    ignore_soft_limit: bool = False
     record_url: str | None = None
     record_key: str | None = None
 
@@ -35,5 +38,10 @@ class SleepTask(Task):
         """Record the start of the run, sleep, return {"chars": n}."""
         if options.record_url and options.record_key:
             Redis.from_url(options.record_url).rpush(options.record_key, document.id)
-        time.sleep(options.seconds)
+        try:
+            time.sleep(options.seconds)
+        except SoftTimeLimitExceeded:
+            if not options.ignore_soft_limit:
+                raise
+            time.sleep(options.seconds)
         return {"chars": len(document.text)}
