@@ -19,14 +19,10 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                await error_response(400, "bad_request", "Content-Length must be a number")(scope, receive, send)
-                return
-            if int(declared) > self.max_bytes:
-                await self._too_large(scope, receive, send)
-                return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
         chunks: list[bytes] = []
         size = 0
         more = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -313,9 +314,12 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def machine() -> dict:
-    """What the figures were measured on."""
+    """What the figures were measured on, including the load other processes put on the machine at the start
+    and whether uvicorn can use its fast HTTP parser and event loop."""
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "load_average_at_start": os.getloadavg(),
+            "uvicorn_httptools": importlib.util.find_spec("httptools") is not None,
+            "uvicorn_uvloop": importlib.util.find_spec("uvloop") is not None}
 
 
 def cpu_row(label: str, cpu_ms: dict[str, float], cpus: int, unit: str) -> tuple[str, str, str, str]:
@@ -349,7 +353,10 @@ def print_table(report: dict) -> None:
     widths = [max(len(row[i]) for row in rows + [("metric", "value", "goal", "notes")]) for i in range(4)]
     for row in [("metric", "value", "goal", "notes"), *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)))
-    print(f"machine: {report['machine']['cpus']} CPUs, {report['machine']['platform']}")
+    host = report["machine"]
+    print(f"machine: {host['cpus']} CPUs, {host['platform']}, load average at start "
+          f"{'/'.join(f'{load:.1f}' for load in host['load_average_at_start'])}, "
+          f"httptools {host['uvicorn_httptools']}, uvloop {host['uvicorn_uvloop']}")
 
 
 def main() -> None:

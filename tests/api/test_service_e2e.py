@@ -32,7 +32,12 @@ def api_url(service_env, api_settings, tmp_path_factory) -> Iterator[str]:
     """`docflash api` on a free port, configured like the worker, with the test tenants' keys."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("api") / "api.log"
-    env = {**os.environ, **service_env, "DOCFLASH_API_KEYS": json.dumps(api_settings.api_keys)}
+    env = {
+        **os.environ,
+        **service_env,
+        "DOCFLASH_API_KEYS": json.dumps(api_settings.api_keys),
+        "DOCFLASH_MAX_REQUEST_BYTES": str(api_settings.max_request_bytes),
+    }
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "docflash"), "api", "--port", str(port)],
@@ -111,3 +116,16 @@ def test_submit_process_and_fetch_over_http(api_url, celery_worker, auth):
     }
     assert samples[("docflash_job_duration_seconds_gcount", (("task", "stats"),))] >= 1
     assert samples[("docflash_jobs", (("status", "partially_succeeded"),))] >= 1
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_oversized_body_is_refused_over_http(api_url, api_settings, auth, framing):
+    body = json.dumps({"task": "stats", "documents": [{"text": "z" * api_settings.max_request_bytes}]}).encode()
+    content = body if framing == "content-length" else iter([body[i:i + 4096] for i in range(0, len(body), 4096)])
+
+    response = httpx.post(
+        f"{api_url}/v1/jobs", content=content, headers={**auth["acme"], "Content-Type": "application/json"}, timeout=10
+    )
+
+    assert response.status_code == 413
+    assert "max_request_bytes" in response.json()["error"]["message"]
