@@ -6,9 +6,13 @@ to blame), so clients need a single parser and bad input never surfaces as a 500
 from collections.abc import Sequence
 from typing import Any
 
+from botocore.exceptions import ConnectionError as S3ConnectionError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError as BrokerError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.logging import get_logger
@@ -24,6 +28,15 @@ _STATUS_CODES = {
     415: "unsupported_media_type",
     422: "invalid_request",
     503: "unavailable",
+}
+
+
+# A dependency that does not answer is the service's trouble, not the client's: 503, so clients retry.
+_DEPENDENCY_ERRORS: dict[type[Exception], str] = {
+    RedisConnectionError: "redis",
+    RedisTimeoutError: "redis",
+    BrokerError: "the task queue (redis)",
+    S3ConnectionError: "s3",
 }
 
 
@@ -89,6 +102,16 @@ def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "invalid_request", message, field)
 
 
+def _unavailable_handler(dependency: str):
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        get_logger().warning("dependency unavailable", dependency=dependency, path=request.url.path, error=repr(exc))
+        return error_response(
+            503, "unavailable", f"{dependency} is unavailable; try again later", headers={"Retry-After": "5"}
+        )
+
+    return unavailable
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Make every error the app answers use the common error body."""
 
@@ -106,6 +129,9 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_json", f"the request body is not UTF-8 encoded JSON: {exc.__cause__}")
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    for exc_class, dependency in _DEPENDENCY_ERRORS.items():
+        app.add_exception_handler(exc_class, _unavailable_handler(dependency))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

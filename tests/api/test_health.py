@@ -46,3 +46,4 @@ async def test_readyz_is_503_naming_what_is_down(api_settings, down, update):
     error = response.json()["error"]
     assert error["code"] == "not_ready"
     assert error["message"].startswith(f"{', '.join(down)} unreachable")
+
