@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from api.errors import ApiError
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+_INVALID_TOKEN = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
 
 @dataclass(frozen=True)
@@ -57,5 +58,5 @@ def authenticate(authorization: str | None, keys: Iterable[ApiKey]) -> str:
         )
     tenant = tenant_for_token(token, keys)
     if tenant is None:
-        raise ApiError(401, "unauthorized", "invalid API key", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        raise ApiError(401, "unauthorized", "invalid API key", headers=_INVALID_TOKEN)
     return tenant

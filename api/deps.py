@@ -29,9 +29,7 @@ async def authenticated_tenant(
     request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> str:
     """The tenant of the request's bearer API key; 401 without a valid one."""
-    tenant = authenticate(request.headers.get("authorization"), request.app.state.api_keys)
-    request.state.tenant = tenant
-    return tenant
+    return authenticate(request.headers.get("authorization"), request.app.state.api_keys)
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]

@@ -3,7 +3,7 @@
 Every error answers `{"error": {"code": ..., "message": ..., "field": ...}}` (`field` only where one input is
 to blame), so clients need a single parser and bad input never surfaces as a 500.
 """
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from botocore.exceptions import ConnectionError as S3ConnectionError
@@ -81,10 +81,7 @@ def field_path(loc: Sequence[str | int]) -> str:
 
 
 def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    if not errors:
-        return error_response(422, "invalid_request", "the request is invalid")
-    first = errors[0]
+    first = exc.errors()[0]
     loc = list(first.get("loc", ()))
     source = loc.pop(0) if loc and loc[0] in ("body", "query", "path", "header") else None
     if first.get("type") == "json_invalid":
@@ -102,7 +99,7 @@ def _validation_error_response(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "invalid_request", message, field)
 
 
-def _unavailable_handler(dependency: str):
+def _unavailable_handler(dependency: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def unavailable(request: Request, exc: Exception) -> JSONResponse:
         get_logger().warning("dependency unavailable", dependency=dependency, path=request.url.path, error=repr(exc))
         return error_response(

@@ -75,7 +75,9 @@ class ServiceCollector(Collector):
         jobs = GaugeMetricFamily("docflash_jobs", "Jobs created in the metrics window, by status", labels=["status"])
         for status, count in sorted(jobs_by_status.items()):
             jobs.add_metric([status], count)
-        docs = GaugeMetricFamily("docflash_documents", "Documents of the jobs created in the metrics window, by state", labels=["state"])
+        docs = GaugeMetricFamily(
+            "docflash_documents", "Documents of the jobs created in the metrics window, by state", labels=["state"]
+        )
         for name, count in documents.items():
             docs.add_metric([name], count)
         return [depth, jobs, docs, _duration_histogram(durations)]

@@ -176,7 +176,9 @@ async def post_keepalive(port: int, request: bytes, count: int, latencies: list[
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
             length = next(
-                int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
             )
             await reader.readexactly(length)
             latencies.append(time.perf_counter() - started)
@@ -369,7 +371,9 @@ def main() -> None:
     parser.add_argument("--s3-endpoint", help="an S3 server to use instead of starting SeaweedFS")
     parser.add_argument("--s3-access-key", default="docflash-bench")
     parser.add_argument("--s3-secret-key", default="docflash-bench-secret")
-    parser.add_argument("--out", type=Path, help="JSON report path (default benchmarks/results/service-<host>-<date>.json)")
+    parser.add_argument(
+        "--out", type=Path, help="JSON report path (default benchmarks/results/service-<host>-<date>.json)"
+    )
     args = parser.parse_args()
     for name in ("clients", "submissions", "api_workers", "documents"):
         if getattr(args, name) < 1:
