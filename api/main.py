@@ -7,7 +7,7 @@ from api.auth import parse_api_keys
 from api.body_limit import BodySizeLimitMiddleware
 from api.errors import install_error_handlers
 from api.routes import health, jobs
-from core.logging import configure_logging
+from core.logging import configure_logging, get_logger
 from core.service import JobService
 from core.settings import Settings, get_settings
 
@@ -28,6 +28,8 @@ def create_app(settings: Settings | None = None, service: JobService | None = No
     app.state.settings = settings
     app.state.service = service
     app.state.api_keys = parse_api_keys(settings.api_keys)
+    if not app.state.api_keys:
+        get_logger().warning("no API keys configured (DOCFLASH_API_KEYS): every /v1 request will be refused")
     registry = CollectorRegistry()
     registry.register(metrics.ServiceCollector(service.state, settings.gpu_queue, settings.metrics_window_s))
     app.state.metrics_registry = registry
