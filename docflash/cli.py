@@ -68,7 +68,9 @@ def api(
 
 @app.command()
 def worker(
-    gpu: Annotated[Optional[int], typer.Option(help="GPU index: sets CUDA_VISIBLE_DEVICES and the node name gpuN@host")] = None,
+    gpu: Annotated[
+        Optional[int], typer.Option(help="GPU index: sets CUDA_VISIBLE_DEVICES and the node name gpuN@host")
+    ] = None,
     node_name: Annotated[Optional[str], typer.Option(help="Celery node name (default gpuN@%h, or cpu@%h)")] = None,
 ) -> None:
     """Run a Celery worker on the GPU queue: one process per GPU, concurrency 1, task events on."""
@@ -207,7 +209,9 @@ def submit(
     task: Annotated[str, typer.Option(help="task name, e.g. summarize")] = ...,
     options: Annotated[str, typer.Option(help="task options as a JSON object")] = "{}",
     input_uri: Annotated[Optional[str], typer.Option(help="s3:// prefix or JSONL object instead of PATHS")] = None,
-    idempotency_key: Annotated[Optional[str], typer.Option(help="resubmitting with the same key returns the same job")] = None,
+    idempotency_key: Annotated[
+        Optional[str], typer.Option(help="resubmitting with the same key returns the same job")
+    ] = None,
     priority: Annotated[int, typer.Option(help="0 (first, default) .. 9 (last)")] = 0,
     wait: Annotated[bool, typer.Option(help="wait until the job ends")] = False,
     api_url: ApiUrl = DEFAULT_API_URL,
@@ -287,7 +291,8 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--task") from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise typer.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", param_hint="--options") from None
+        where = ".".join(map(str, first["loc"]))
+        raise typer.BadParameter(f"{where}: {first['msg']}", param_hint="--options") from None
     from worker.local import run_local
 
     try:

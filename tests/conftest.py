@@ -197,7 +197,8 @@ def worker_factory(service_env: dict[str, str], tmp_path: Path):
 
     def start(overrides: dict[str, str] | None = None, gpu: int | None = None, wait: bool = True):
         env = {**service_env, **(overrides or {})}
-        node = f"gpu{gpu}@{socket.gethostname()}" if gpu is not None else f"extra-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+        name = f"gpu{gpu}" if gpu is not None else f"extra-{uuid.uuid4().hex[:6]}"
+        node = f"{name}@{socket.gethostname()}"
         args = ("--gpu", str(gpu)) if gpu is not None else ("--node-name", node)
         log_path = tmp_path / f"{node.split('@')[0]}.log"
         proc = start_worker(env, args, log_path)

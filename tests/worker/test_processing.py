@@ -73,7 +73,8 @@ def test_a_job_runs_to_results_errors_and_manifest(offline_service: JobService, 
 def test_jsonl_entries_and_their_errors_become_documents(offline_service: JobService, processor: JobProcessor,
                                                          test_bucket: str) -> None:
     uri = f"s3://{test_bucket}/proc-in/{uuid.uuid4().hex}/batch.jsonl"
-    offline_service.storage.put(uri, b'{"id": "a", "text": "One."}\n{"id": "b", "text": 7}\n{"id": "c", "text": "Two."}\n')
+    lines = [b'{"id": "a", "text": "One."}', b'{"id": "b", "text": 7}', b'{"id": "c", "text": "Two."}']
+    offline_service.storage.put(uri, b"\n".join(lines) + b"\n")
     job = offline_service.submit(JobRequest(task="noop", input_uri=uri), "acme")
     run_all(offline_service, processor, job.id)
     assert [r["id"] for r in read_jsonl(offline_service, f"{job.output_uri}/results.jsonl")] == ["a", "c"]

@@ -54,7 +54,8 @@ def test_new_objects_become_jobs_with_task_from_folder_or_job_json(drop, offline
         f"{prefix}/team-x/batch.jsonl": b'{"id": "l1", "text": "First."}\n{"id": "l2", "text": "Second."}\n',
     })
     job_ids = watcher.poll()
-    jobs = {job.metadata["source"].rpartition("/")[2]: job for job in (offline_service.get("dropbox", i) for i in job_ids)}
+    submitted = [offline_service.get("dropbox", job_id) for job_id in job_ids]
+    jobs = {job.metadata["source"].rpartition("/")[2]: job for job in submitted}
     assert set(jobs) == {"a.txt", "report.md", "batch.jsonl"}
     assert (jobs["a.txt"].task, jobs["a.txt"].counts.total) == ("stats", 1)
     assert jobs["report.md"].task == "summarize" and jobs["report.md"].options["sentences"] == 2
