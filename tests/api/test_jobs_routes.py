@@ -205,29 +205,6 @@ async def test_malformed_body_is_422_not_500(client, auth, content, content_type
     assert says in response.json()["error"]["message"]
 
 
-async def test_oversized_request_is_413_before_parsing(client, auth):
-    big = b'{"task": "stats", "documents": [{"text": "' + b"x" * (64 * 1024) + b'"}]}'
-
-    response = await client.post("/v1/jobs", content=big, headers={**auth["acme"], "Content-Type": "application/json"})
-
-    assert_error(response, 413, "payload_too_large", says="max_request_bytes")
-
-
-async def test_oversized_chunked_request_is_413(client, auth):
-    async def chunks():
-        yield b'{"task": "stats", "documents": [{"text": "'
-        for _ in range(100):
-            yield b"y" * 1024
-        yield b'"}]}'
-
-    response = await client.post(
-        "/v1/jobs", content=chunks(), headers={**auth["acme"], "Content-Type": "application/json"}
-    )
-
-    assert "content-length" not in response.request.headers
-    assert_error(response, 413, "payload_too_large", says="max_request_bytes")
-
-
 async def test_idempotency_header_and_body_must_agree(client, auth):
     response = await client.post(
         "/v1/jobs", json=job_body(idempotency_key="one"), headers={**auth["acme"], "Idempotency-Key": "two"}
