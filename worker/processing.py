@@ -168,7 +168,7 @@ class JobProcessor:
         pending: list[DocRef] = []
         for doc_id, attempt in zip(known, self.state.begin_documents(job_id, known, MAX_ATTEMPTS)):
             ref = refs[doc_id]
-            if attempt == "retry" and self.storage.exists(doc_uri(job.output_uri, doc_id)):
+            if attempt in ("retry", "exhausted") and self.storage.exists(doc_uri(job.output_uri, doc_id)):
                 stored = json.loads(self.storage.get(doc_uri(job.output_uri, doc_id)))
                 self.state.finish_documents(job_id, [(doc_id, stored["status"], "")])
             elif attempt == "exhausted":
