@@ -148,7 +148,10 @@ def refs_from_prefix(
             continue
         if info.size > max_jsonl_bytes:
             raise InvalidJobError("input_uri", f"{info.uri} is {info.size} bytes, over the limit of {max_jsonl_bytes}")
-        entries = parse_jsonl(storage.get(info.uri), max_document_bytes)
+        try:
+            entries = parse_jsonl(storage.get(info.uri), max_document_bytes)
+        except (ObjectNotFound, AccessDenied) as exc:
+            raise InvalidJobError("input_uri", f"cannot read {info.uri}: {exc}") from None
         refs.extend(_jsonl_refs(info.uri, key, entries, seen, first_index=len(refs)))
     return refs
 

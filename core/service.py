@@ -82,7 +82,7 @@ class JobService:
             max_document_bytes=self.settings.max_document_bytes,
             max_jsonl_bytes=self.settings.max_request_bytes,
         )
-        self.storage.put_many(inline, "text/plain; charset=utf-8")
+        self.storage.put_many(inline, "application/x-ndjson")
         job = Job(
             id=job_id,
             tenant=tenant,
