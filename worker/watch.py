@@ -2,8 +2,9 @@
 
 The task and options come from a `job.json` in the same folder ({"task": ..., "options": {...}, "priority": n,
 "metadata": {...}}), else from the folder convention `<watch_uri>/<task>/...`. Each object version
-(bucket/key/etag) is claimed once in Redis (SET NX), so several watchers never submit it twice, and the claim is
-then marked done with the job id (or with the reason it was refused).
+(bucket/key/etag) is claimed once in Redis (SET NX, all of a pass's objects in one round trip), so several
+watchers never submit it twice, and the claim is then marked done with the job id (or with the reason it was
+refused) and kept for the job retention period.
 """
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ class DropWatcher:
         self.bucket, prefix = split_s3_uri(settings.watch_uri)
         self.prefix = prefix.rstrip("/") + "/" if prefix else ""
         self.redis: Redis = service.state.redis
+        # A claim outlives a watcher that dies mid-pass only briefly; once marked done or refused it is kept.
+        self._claim_ttl_s = int(max(600, 10 * settings.watch_interval_s))
         self.log = get_logger(watch_uri=settings.watch_uri)
 
     def _claim_key(self, info: ObjectInfo) -> str:
@@ -71,14 +74,16 @@ class DropWatcher:
             for info in objects
             if PurePosixPath(self._relative(info)).name == JOB_SPEC_NAME
         }
+        candidates = [(info, self._relative(info)) for info in objects]
+        candidates = [(info, rel) for info, rel in candidates if PurePosixPath(rel).name != JOB_SPEC_NAME]
+        pipe = self.redis.pipeline(transaction=False)
+        for info, _ in candidates:
+            pipe.set(self._claim_key(info), "claimed", nx=True, ex=self._claim_ttl_s)
         submitted = []
-        for info in objects:
-            relative = self._relative(info)
-            if PurePosixPath(relative).name == JOB_SPEC_NAME:
+        for (info, relative), claimed in zip(candidates, pipe.execute()):
+            if not claimed:
                 continue
             claim = self._claim_key(info)
-            if not self.redis.set(claim, "claimed", nx=True, ex=self.settings.job_ttl_s):
-                continue
             try:
                 job_id = self._submit(info, relative, specs.get(relative.rpartition("/")[0]))
             except (RefusedObject, InvalidJobError, ValidationError) as exc:
