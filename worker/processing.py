@@ -23,7 +23,7 @@ from worker.tasks import Document, Task, get_task
 
 MAX_ATTEMPTS = 3
 READ_THREADS = 16
-KEPT_RECORD_CHARS = 16_384
+KEPT_RECORD_CHARS = 4096
 
 
 class DocumentReader:
