@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 import fa3fp8  # noqa: E402
 from fa3fp8 import configs  # noqa: E402
 from fa3fp8.attention import attention_fwd  # noqa: E402
-from fa3fp8.reference import attention_fp8_reference, attention_reference  # noqa: E402
+from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
@@ -43,6 +44,18 @@ def shape_for(seqlen, d):
 
 def timed(fn):
     return do_bench(fn, warmup=25, rep=150, return_mode="median")
+
+
+def host_ms(fn, calls=30):
+    """Milliseconds the host needs to enqueue one call (no synchronization inside the loop)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = (time.perf_counter() - start) / calls * 1e3
+    torch.cuda.synchronize()
+    return elapsed
 
 
 def sdpa_runner(backend, q, k, v, causal):
@@ -133,14 +146,23 @@ def bench(args):
                 err8 = ((runners[("fa3fp8", "fp8")]().float() - theirs).norm() / theirs.norm()).item()
                 times = {key: timed(fn) for key, fn in runners.items()}
                 quant_ms = timed(lambda: fa3fp8.quantize_qkv(q, k, v))
+                host = {key: host_ms(runners[key]) for key in [("fa3fp8", "bf16"), ("fa3fp8", "fp8+quant")]}
+                quant_host = host_ms(lambda: fa3fp8.quantize_qkv(q, k, v))
                 cudnn_tflops = flops(batch, heads, seqlen, d, causal) / times[("sdpa-cudnn", "bf16")] / 1e9
                 for (impl, dtype), ms in times.items():
                     tflops = flops(batch, heads, seqlen, d, causal) / ms / 1e9
-                    rows.append(dict(impl=impl, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1),
-                                     ms=round(ms, 4), **({"quant_ms": round(quant_ms, 4)} if dtype == "fp8+quant" else {})))
+                    row = dict(impl=impl, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1),
+                               ms=round(ms, 4))
+                    if (impl, dtype) in host:  # host enqueue time: above `ms`, the host is the bottleneck
+                        row["host_ms"] = round(host[(impl, dtype)], 4)
+                    if dtype == "fp8+quant":
+                        row.update(quant_ms=round(quant_ms, 4), quant_host_ms=round(quant_host, 4))
+                    rows.append(row)
                     table.append(f"{impl:11s} {dtype:9s} d{d:<4d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
                                  f"{tflops:7.1f} TFLOPS  {tflops / cudnn_tflops:5.2f}x cuDNN")
-                table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; quantize_qkv {quant_ms:.3f} ms")
+                table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; "
+                             f"quantize_qkv {quant_ms:.3f} ms (host {quant_host:.3f}); "
+                             f"bf16 call host {host[('fa3fp8', 'bf16')]:.3f} ms")
                 print("\n".join(table[-len(times) - 1 :]), flush=True)
                 result.write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))  # kept if a later peer crashes
                 torch.cuda.empty_cache()
@@ -188,29 +210,36 @@ def sass_facts(kernel):
     return facts
 
 
+# Configs under trial, beside configs.TUNED: one warpgroup per program, two programs per SM (their barriers
+# are independent, so one program's softmax can overlap the other's tensor-core work).
+CANDIDATES = {
+    (64, True): [configs._config(64, 128, 4, 3)],
+    (128, True): [configs._config(64, 128, 4, 2), configs._config(64, 128, 4, 3)],
+}
+
+
 def sweep(args):
-    """Check and time every config that `configs.keep` accepts, per (d, causal, dtype) at S=16K."""
+    """Check and time the tuned configs (and CANDIDATES with --candidates) per (d, causal, dtype) at S=16K."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     seqlen = 16384
-    for d in HEAD_DIMS:
-        for fp8 in (False, True):
+    for d in args.dims:
+        for fp8 in (True,) if args.fp8_only else (False, True):
             for causal in (False, True):
                 batch, heads = shape_for(seqlen, d)
                 q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
                 cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
                 ref, _ = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)
-                for cfg in configs.CONFIGS:
-                    if not configs.keep(cfg, d, fp8):
-                        continue
+                trial = configs.TUNED[(d, fp8)] + (CANDIDATES.get((d, fp8), []) if args.candidates else [])
+                for cfg in trial:
                     name = (f"d{d} {'fp8 ' if fp8 else 'bf16'} {'causal' if causal else 'full  '} "
                             f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}")
                     try:
                         check = launch(cq, ck, cv, causal, fp8, cfg)[0].view(ref.shape)
                         finite = bool(torch.isfinite(check).all())
                         if fp8:  # FP8: against the reference's FP8 math, relative to FP8's own error
-                            ref8 = attention_fp8_reference(fa3fp8.quantize_qkv(cq, ck, cv), causal=causal)[0]
+                            ref8 = attention_fp8_reference(bundle(cq, ck, cv, cfg), causal=causal)[0]
                             err = rmse(check.view(ref8.shape), ref8) / rmse(ref8, ref.view(ref8.shape))
                         else:
                             err = ((check.double() - ref).norm() / ref.norm()).item()
@@ -243,6 +272,15 @@ def sweep(args):
         print(f"  {key}: {best['name'] if best else 'none'} {best['tflops'] if best else 0:.1f}")
 
 
+def bundle(q, k, v, cfg):
+    """FP8 bundle of dense q, k, v quantized with cfg's tiles (the reference quantizer: any tile size)."""
+    (batch, sq), sk = q.shape[:2], k.shape[1]
+    cu_q = torch.arange(0, (batch + 1) * sq, sq, dtype=torch.int32, device=q.device)
+    cu_k = torch.arange(0, (batch + 1) * sk, sk, dtype=torch.int32, device=q.device)
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    return quantize_qkv_reference(*packed, cu_q, cu_k, cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+
+
 def launch(q, k, v, causal, fp8, cfg):
     return launcher(q, k, v, causal, fp8, cfg)()
 
@@ -252,7 +290,7 @@ def launcher(q, k, v, causal, fp8, cfg):
     batch, seqlen_q, heads, d = q.shape
     scale = d**-0.5
     if fp8:
-        b = fa3fp8.quantize_qkv(q, k, v)
+        b = bundle(q, k, v, cfg)
         return lambda: attention_fwd(b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale,
                                      causal, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k,
                                      torch.bfloat16, config=cfg)
@@ -268,6 +306,10 @@ def main():
     parser.add_argument("mode", choices=("bench", "sweep"))
     parser.add_argument("--quick", action="store_true", help="bench S in {1K, 16K} only")
     parser.add_argument("--asm", choices=("bf16", "fp8"), help="sweep: also write d128 TTGIR/PTX/SASS")
+    parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
+                        help="sweep: head dims, comma-separated")
+    parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
+    parser.add_argument("--candidates", action="store_true", help="sweep: also the CANDIDATES configs")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     bench(args) if args.mode == "bench" else sweep(args)

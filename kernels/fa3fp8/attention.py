@@ -20,7 +20,7 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _softmax_pv(
-    acc, l_i, m_i, vs_prev, s, n0, desc_v, VS, kblk, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k, diag,
+    acc, l_i, m_i, vs_prev, vs, s, n0, desc_v, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k, diag,
     D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
     P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
@@ -43,8 +43,7 @@ def _softmax_pv(
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     if IS_FP8:
-        # acc is kept in units of the current V tile's scale: acc_true = acc * vs
-        vs = tl.load(VS + kblk + n0 // BLOCK_N)
+        # acc is kept in units of the current V tile's scale vs: acc_true = acc * vs
         acc = acc * (alpha * (vs_prev / vs))[:, None]
         vs_prev = vs
         v = desc_v.load([hk * D, vcol + n0]).T
@@ -63,16 +62,26 @@ def _attn_tiles(
     D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
-    """Key tiles [lo, hi): QKᵀ, online softmax, PV."""
+    """Key tiles [lo, hi): QKᵀ, online softmax, PV. FP8: vs_prev is the V scale acc is expressed in."""
+    vs_entry = vs_prev
     for n0 in tl.range(lo, hi, BLOCK_N):
         s = tl.dot(q, desc_k.load([k_start + n0, hk * D]).T)
         scale = qk_scale
+        vs = vs_prev
         if IS_FP8:
-            scale = scale * tl.load(KS + kblk + n0 // BLOCK_N)
-        acc, l_i, m_i, vs_prev = _softmax_pv(
-            acc, l_i, m_i, vs_prev, s, n0, desc_v, VS, kblk, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k,
+            # scales are loaded, never carried across iterations: a loop-carried loaded value stops the
+            # pipeliner from prefetching anything in the loop
+            tile = kblk + n0 // BLOCK_N
+            scale = scale * tl.load(KS + tile)
+            vs = tl.load(VS + tile)
+            vs_prev = tl.where(n0 == lo, vs_entry, tl.load(VS + tile - 1, mask=n0 > lo, other=1.0))
+        acc, l_i, m_i, _ = _softmax_pv(
+            acc, l_i, m_i, vs_prev, vs, s, n0, desc_v, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k,
             diag, D, BLOCK_N, MASKED, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST,
         )
+    vs_prev = vs_entry
+    if IS_FP8:
+        vs_prev = tl.where(hi > lo, tl.load(VS + kblk + (hi - 1) // BLOCK_N, mask=hi > lo, other=1.0), vs_entry)
     return acc, l_i, m_i, vs_prev
 
 

@@ -5,8 +5,8 @@ import torch
 
 from . import env
 from .configs import fp8_blocks
-from .fp8_layout import QuantizedQKV, block_offsets
-from .reference import attention_fp8_reference, attention_varlen_reference, quantize_reference
+from .fp8_layout import QuantizedQKV
+from .reference import attention_fp8_reference, attention_varlen_reference, quantize_qkv_reference
 
 HEAD_DIMS = (64, 128, 256)
 DTYPES = (torch.bfloat16, torch.float16)
@@ -21,14 +21,10 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
 
 
-# ---------------------------------------------------------------------------------------------- custom ops
+# ------------------------------------------------------------------------------------ implementations
 
 
-@torch.library.custom_op("fa3fp8::attn_varlen", mutates_args=())
-def _attn_varlen(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
     if _use_triton(q):
         from .attention import attention_fwd
 
@@ -41,42 +37,20 @@ def _attn_varlen(
     return out.to(q.dtype), lse.to(torch.float32)
 
 
-@_attn_varlen.register_fake
-def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
-    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-
-
-@torch.library.custom_op("fa3fp8::quantize_blocks", mutates_args=())
-def _quantize_blocks(
-    x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, block: int, hadamard: bool, transpose: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if _use_triton(x):
+def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard):
+    if _use_triton(q):
         from .quantize import quantize_blocks
 
-        return quantize_blocks(x.contiguous(), cu_seqlens, max_seqlen, block, hadamard, transpose)
-    data, scale = quantize_reference(x, cu_seqlens, block, hadamard, transpose)
-    return data, scale, block_offsets(cu_seqlens, x.shape[0], block)[0]
+        q8, q_scale, cu_blocks_q = quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+        k8, k_scale, cu_blocks_k = quantize_blocks(k.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, hadamard)
+        v8t, v_scale, _ = quantize_blocks(v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, True)
+        return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
+    b = quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard)
+    return b.q8, b.k8, b.v8t, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k
 
 
-@_quantize_blocks.register_fake
-def _quantize_blocks_fake(x, cu_seqlens, max_seqlen, block, hadamard, transpose):
-    total, heads, d = x.shape
-    n_blocks = -(-total // block) + cu_seqlens.shape[0] - 1
-    shape = (heads, d, n_blocks * block) if transpose else (total, heads, d)
-    return (
-        x.new_empty(shape, dtype=torch.float8_e4m3fn),
-        x.new_empty((heads, n_blocks), dtype=torch.float32),
-        torch.empty_like(cu_seqlens),
-    )
-
-
-@torch.library.custom_op("fa3fp8::attn_fp8", mutates_args=())
-def _attn_fp8(
-    q8: torch.Tensor, k8: torch.Tensor, v8t: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
-    v_scale: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, cu_blocks_q: torch.Tensor,
-    cu_blocks_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int,
-    softmax_scale: float, causal: bool, out_dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
     if _use_triton(q8):
         from .attention import attention_fwd
 
@@ -93,10 +67,72 @@ def _attn_fp8(
     return out.to(out_dtype), lse.to(torch.float32)
 
 
-@_attn_fp8.register_fake
+# ---------------------------------------------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("fa3fp8::attn_varlen", mutates_args=())
+def _attn_varlen_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+
+
+@_attn_varlen_op.register_fake
+def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("fa3fp8::quantize_qkv", mutates_args=())
+def _quantize_qkv_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int, hadamard: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor]:
+    return _quantize_qkv_impl(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard
+    )
+
+
+@_quantize_qkv_op.register_fake
+def _quantize_qkv_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard):
+    batch = cu_seqlens_q.shape[0] - 1
+    n_blocks_q, n_blocks_k = -(-q.shape[0] // block_m) + batch, -(-k.shape[0] // block_n) + batch
+    kv_heads, d = k.shape[1], k.shape[2]
+    e4m3 = torch.float8_e4m3fn
+    return (
+        q.new_empty(q.shape, dtype=e4m3), k.new_empty(k.shape, dtype=e4m3),
+        k.new_empty((kv_heads, d, n_blocks_k * block_n), dtype=e4m3),
+        q.new_empty((q.shape[1], n_blocks_q), dtype=torch.float32),
+        k.new_empty((kv_heads, n_blocks_k), dtype=torch.float32),
+        k.new_empty((kv_heads, n_blocks_k), dtype=torch.float32),
+        torch.empty_like(cu_seqlens_q), torch.empty_like(cu_seqlens_k),
+    )
+
+
+@torch.library.custom_op("fa3fp8::attn_fp8", mutates_args=())
+def _attn_fp8_op(
+    q8: torch.Tensor, k8: torch.Tensor, v8t: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
+    v_scale: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, cu_blocks_q: torch.Tensor,
+    cu_blocks_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int,
+    softmax_scale: float, causal: bool, out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attn_fp8_impl(
+        q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype,
+    )
+
+
+@_attn_fp8_op.register_fake
 def _attn_fp8_fake(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
                    max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
     return q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((q8.shape[1], q8.shape[0]), dtype=torch.float32)
+
+
+def _op_or_impl(op, impl):
+    """The custom op while torch.compile traces (it stays one opaque node), else the implementation itself:
+    a custom op's Python dispatch costs about a millisecond per call, as much as a short attention."""
+    return op if torch.compiler.is_compiling() else impl
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -206,7 +242,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
     use_hadamard = _hadamard_flag(fp8, hadamard)
     if fp8:
         return flash_attn_fp8_func(quantize_qkv(q, k, v, hadamard=use_hadamard), causal, scale, return_lse)
-    out, lse = _attn_varlen(
+    out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
         q.reshape(batch * seqlen_q, heads, d), k.reshape(batch * seqlen_k, kv_heads, d),
         v.reshape(batch * seqlen_k, kv_heads, d), _dense_cu_seqlens(batch, seqlen_q, q.device),
         _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal),
@@ -240,7 +276,9 @@ def flash_attn_varlen_func(
             q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _checked=True
         )
         return flash_attn_fp8_func(qkv, causal, scale, return_lse)
-    out, lse = _attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal))
+    out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal)
+    )
     return (out, lse) if return_lse else out
 
 
@@ -272,9 +310,10 @@ def quantize_qkv(
         v = v.reshape(batch * seqlen_k, kv_heads, d)
     block_m, block_n = fp8_blocks(q.shape[-1])
     hadamard = bool(hadamard)
-    q8, q_scale, cu_blocks_q = _quantize_blocks(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard, False)
-    k8, k_scale, cu_blocks_k = _quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard, False)
-    v8t, v_scale, _ = _quantize_blocks(v, cu_seqlens_k, max_seqlen_k, block_n, False, True)
+    quantized = _op_or_impl(_quantize_qkv_op, _quantize_qkv_impl)(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard
+    )
+    q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k = quantized
     return QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
         max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, q.dtype, batch_shape,
@@ -291,7 +330,7 @@ def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, ret
     if not isinstance(qkv, QuantizedQKV):
         raise ValueError(f"qkv must be a QuantizedQKV from quantize_qkv, got {type(qkv).__name__}")
     scale = _softmax_scale(softmax_scale, qkv.q8.shape[-1])
-    out, lse = _attn_fp8(
+    out, lse = _op_or_impl(_attn_fp8_op, _attn_fp8_impl)(
         qkv.q8, qkv.k8, qkv.v8t, qkv.q_scale, qkv.k_scale, qkv.v_scale, qkv.cu_seqlens_q, qkv.cu_seqlens_k,
         qkv.cu_blocks_q, qkv.cu_blocks_k, qkv.max_seqlen_q, qkv.max_seqlen_k, qkv.block_m, qkv.block_n,
         scale, bool(causal), qkv.out_dtype,

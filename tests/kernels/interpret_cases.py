@@ -15,6 +15,7 @@ import torch  # noqa: E402
 
 import fa3fp8  # noqa: E402
 from fa3fp8.configs import fp8_blocks  # noqa: E402
+from fa3fp8.quantize import quantize_blocks  # noqa: E402
 from fa3fp8.reference import (  # noqa: E402
     attention_fp8_reference,
     attention_reference,
@@ -86,7 +87,7 @@ def quantize_case(d, hadamard, transpose):
     cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
     block = fp8_blocks(d)[1]
-    data, scale, cu_blocks = torch.ops.fa3fp8.quantize_blocks(x, cu, 65, block, hadamard, transpose)
+    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose)
     ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose)
     used = int(cu_blocks[-1])
     if transpose:

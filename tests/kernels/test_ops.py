@@ -87,10 +87,13 @@ def test_custom_ops_pass_opcheck():
     q, k, v = (x.reshape(-1, *x.shape[2:]) for x in random_qkv(2, 8, 8, 2, 1, 64, torch.float16, "cpu"))
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
-    torch.library.opcheck(torch.ops.fa3fp8.quantize_blocks.default, (k, cu, 8, 32, True, False))
+    torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True))
 
 
-def test_torch_compile_traces_through_the_op():
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_torch_compile_traces_through_the_ops(fp8):
+    """fullgraph: the ops' fake kernels give torch.compile the output shapes (opcheck cannot run FP8 on a CPU)."""
     q, k, v = random_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16, "cpu")
-    compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True) * 2, fullgraph=True)
-    torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True) * 2)
+    compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True, fp8=fp8) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True, fp8=fp8) * 2)
