@@ -27,7 +27,7 @@ from worker.llm.random_checkpoint import LLAMA_31_8B_SHAPE, llama_config
 from worker.llm.runtime import runtime_for
 from worker.llm.session import Session
 
-IMPL_NAMES = {"fa3_fp8": "fa3fp8-fp8", "fa3_bf16": "fa3fp8-bf16", "sdpa": "sdpa"}
+IMPL_NAMES = {"fa3_fp8": "fa3fp8-fp8", "sdpa": "sdpa", "fa3_bf16": "fa3fp8-bf16"}
 GB = 1e9
 
 
