@@ -18,6 +18,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": {
             "visibility_timeout": settings.broker_visibility_timeout,
             "unacked_restore_interval": settings.broker_restore_interval_s,
+            # A worker that dies while restoring must not block restores for kombu's default 5 minutes;
+            # two restorers at once only deliver a message twice, which the pipeline tolerates.
+            "unacked_mutex_expire": max(10, int(5 * settings.broker_restore_interval_s)),
             "priority_steps": PRIORITY_STEPS,
             "sep": PRIORITY_SEPARATOR,
             "queue_order_strategy": "priority",

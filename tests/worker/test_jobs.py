@@ -76,7 +76,7 @@ def test_a_worker_killed_mid_document_is_redelivered_and_each_document_ends_once
     service = JobService.from_settings(service_settings.model_copy(update={"gpu_queue": queue, "pack_token_budget": 1}))
     first, _, _ = worker_factory(limits)
     key = f"runs-{uuid.uuid4().hex}"
-    job = service.submit(JobRequest(task="sleep", options={"seconds": 1.0, "record_url": redis_url, "record_key": key},
+    job = service.submit(JobRequest(task="sleep", options={"seconds": 1.5, "record_url": redis_url, "record_key": key},
                                     documents=[{"id": f"d{i}", "text": TEXT} for i in range(3)]), "acme")
     wait_for(lambda: service.state.redis.llen(key) >= 1, 30, "the first document to start")
     os.killpg(first.pid, signal.SIGKILL)
