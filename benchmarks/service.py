@@ -381,7 +381,7 @@ def main() -> None:
     report = {"config": {k: v for k, v in vars(args).items() if k not in ("s3_secret_key", "out")},
               "machine": machine(), "measured_at": datetime.now(UTC).isoformat(), **run(args)}
     print_table(report)
-    out = args.out or RESULTS_DIR / f"service-{socket.gethostname()}-{datetime.now(UTC):%Y%m%d}.json"
+    out = args.out or RESULTS_DIR / f"service-{socket.gethostname()}-{datetime.now(UTC):%Y-%m-%d}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")

@@ -10,6 +10,7 @@ from api.errors import ApiError
 from api.schemas import ErrorBody, JobPage
 from core.inputs import InvalidJobError
 from core.jobs import Job, JobRequest, JobStatus
+from core.service import JobService
 from core.settings import Settings
 
 _ERRORS = {
@@ -125,8 +126,9 @@ def cancel_job(job_id: str, tenant: TenantDep, service: ServiceDep) -> Response:
 
 
 def _output(
-    job_id: str, name: Literal["results", "errors"], redirect: bool, tenant: str, service: ServiceDep
+    job_id: str, name: Literal["results", "errors"], redirect: bool, tenant: str, service: JobService
 ) -> Response:
+    """Stream the finished job's `name` file, or redirect to a presigned URL of it."""
     job = service.get(tenant, job_id)
     if job is None:
         raise _not_found(job_id)
