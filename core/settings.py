@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     api_keys: StrList = Field(default_factory=list)
     metrics_window_s: int = Field(24 * 3600, gt=0)
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
     @field_validator("warmup_tasks", "extra_task_modules", "api_keys", mode="before")
     @classmethod
     def _parse_lists(cls, value: Any) -> Any:

@@ -33,7 +33,9 @@ def test_environment_variables_are_read_with_the_prefix(monkeypatch: pytest.Monk
     monkeypatch.setenv("DOCFLASH_REDIS_URL", "redis://redis:6379/3")
     monkeypatch.setenv("DOCFLASH_GPU_QUEUE", "gpu.h200")
     monkeypatch.setenv("DOCFLASH_S3_SECRET_ACCESS_KEY", "s3cr3t-Value-9")
+    monkeypatch.setenv("DOCFLASH_LOG_LEVEL", "debug")
     settings = load_settings(_env_file=None)
+    assert settings.log_level == "DEBUG"
     assert (settings.env, settings.redis_url, settings.gpu_queue) == ("production", "redis://redis:6379/3", "gpu.h200")
     assert settings.s3_secret_access_key.get_secret_value() == "s3cr3t-Value-9"
     assert "s3cr3t" not in repr(settings)
