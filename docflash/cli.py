@@ -160,6 +160,24 @@ def watch(once: Annotated[bool, typer.Option(help="poll once and exit")] = False
     watcher.run(stop)
 
 
+@app.command("new-key")
+def new_key(tenant: Annotated[str, typer.Argument(help="tenant the key belongs to")]) -> None:
+    """Make an API key for TENANT: prints the key (give it to the client) and the `tenant:sha256` entry to
+    append to DOCFLASH_API_KEYS (the service stores only the hash)."""
+    import secrets
+
+    from api.auth import hash_api_key
+    from core.service import check_tenant
+
+    try:
+        check_tenant(tenant)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="TENANT") from None
+    key = secrets.token_urlsafe(32)
+    typer.echo(f"key: {key}")
+    typer.echo(f"DOCFLASH_API_KEYS entry: {tenant}:{hash_api_key(key)}")
+
+
 def _client(api_url: str, api_key: str) -> httpx.Client:
     import httpx
 

@@ -58,6 +58,15 @@ def test_bad_settings_exit_naming_the_variable(tmp_path: Path) -> None:
     assert done.returncode == 2 and "DOCFLASH_TASK_SOFT_TIME_LIMIT" in done.stderr
 
 
+def test_new_key_prints_a_key_and_its_settings_entry() -> None:
+    done = docflash("new-key", "acme")
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.split("key: ", 1)[1].split()[0]
+    assert f"DOCFLASH_API_KEYS entry: acme:{hashlib.sha256(key.encode()).hexdigest()}" in done.stdout
+    assert len(key) >= 32 and docflash("new-key", "acme").stdout != done.stdout
+    assert docflash("new-key", "../x").returncode == 2
+
+
 @pytest.fixture
 def api_server(service_env: dict[str, str], celery_worker: str, wait_for):
     """`docflash api` on a free port with one API key for tenant `cli`; yields (url, key, process)."""
