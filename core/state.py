@@ -29,7 +29,7 @@ OUTCOMES = ("succeeded", "failed", "cancelled")
 _CREATE = """
 if ARGV[3] ~= "" then
   local existing = redis.call("GET", KEYS[4])
-  if existing then return existing end
+  if existing and redis.call("EXISTS", ARGV[7] .. existing) == 1 then return existing end
   redis.call("SET", KEYS[4], ARGV[1], "EX", ARGV[3])
 end
 local fields = cjson.decode(ARGV[4])
@@ -192,6 +192,7 @@ class JobState:
                 json.dumps(fields),
                 json.dumps({ref.id: json.dumps(ref.to_dict()) for ref in refs}),
                 int((job.created_at.timestamp() - self.job_ttl_s) * 1000),
+                f"{self.prefix}job:",
             ],
         )
         return result.decode()

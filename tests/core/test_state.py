@@ -111,6 +111,8 @@ def test_idempotency_key_returns_the_first_job_per_tenant(state: JobState) -> No
     assert state.idempotent_job_id("acme", "batch-7") == first
     assert make_job(state, 1, tenant="other", key="batch-7") != first
     assert state.get(first).counts.total == 1
+    state.redis.delete(f"{state.prefix}job:{first}")
+    assert make_job(state, 1, key="batch-7") != first
 
 
 def test_listing_pages_newest_first_with_status_filter(state: JobState) -> None:
