@@ -167,11 +167,13 @@ def benchmark(model, tokenizer, impls: list[str], args, report: dict, save) -> N
             report["rows"].append(prefill_row(runtime, ids[:tokens], "chunked"))
             print(json.dumps(report["rows"][-1]), flush=True)
             save()
-        one_pass = runtime_for(model, tokenizer, attention_impl=impl, prefill_chunk_tokens=max(args.tokens))
-        report["rows"].append(prefill_row(one_pass, ids[: max(args.tokens)], "one_pass"))
-        print(json.dumps(report["rows"][-1]), flush=True)
-        report["decode"].extend(decode_rows(runtime, ids[: max(args.tokens)], args.decode_steps))
-        print(json.dumps(report["decode"]), flush=True)
+        if args.one_pass:
+            one_pass = runtime_for(model, tokenizer, attention_impl=impl, prefill_chunk_tokens=max(args.tokens))
+            report["rows"].append(prefill_row(one_pass, ids[: max(args.tokens)], "one_pass"))
+            print(json.dumps(report["rows"][-1]), flush=True)
+        if args.decode_steps:
+            report["decode"].extend(decode_rows(runtime, ids[: max(args.tokens)], args.decode_steps))
+            print(json.dumps(report["decode"]), flush=True)
         save()
 
 
@@ -195,7 +197,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 32768, 131072])
     parser.add_argument("--impls", nargs="+", default=list(IMPL_NAMES), choices=list(IMPL_NAMES))
     parser.add_argument("--chunk-tokens", type=int, default=8192)
-    parser.add_argument("--decode-steps", type=int, default=32)
+    parser.add_argument("--decode-steps", type=int, default=32, help="0 skips the decode rows")
+    parser.add_argument("--one-pass", action=argparse.BooleanOptionalAction, default=True,
+                        help="also prefill the longest length in one pass")
     parser.add_argument("--summarize-tokens", type=int, default=128000, help="0 skips the summarize job")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path("/tmp/docflash-e2e-8b"))
     args = parser.parse_args()
