@@ -210,16 +210,9 @@ def sass_facts(kernel):
     return facts
 
 
-# Configs under trial, beside configs.TUNED: one warpgroup per program, two programs per SM (their barriers
-# are independent, so one program's softmax can overlap the other's tensor-core work).
-CANDIDATES = {
-    (64, True): [configs._config(64, 128, 4, 3)],
-    (128, True): [configs._config(64, 128, 4, 2), configs._config(64, 128, 4, 3)],
-}
-
-
 def sweep(args):
-    """Check and time the tuned configs (and CANDIDATES with --candidates) per (d, causal, dtype) at S=16K."""
+    """Check and time every tuned config per (d, causal, dtype) at S=16K. To try a config, add it to
+    configs.TUNED: FP8 tiles other than configs.FP8_BLOCKS are quantized here with the reference quantizer."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -231,8 +224,7 @@ def sweep(args):
                 q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
                 cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
                 ref, _ = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)
-                trial = configs.TUNED[(d, fp8)] + (CANDIDATES.get((d, fp8), []) if args.candidates else [])
-                for cfg in trial:
+                for cfg in configs.TUNED[(d, fp8)]:
                     name = (f"d{d} {'fp8 ' if fp8 else 'bf16'} {'causal' if causal else 'full  '} "
                             f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}")
                     try:
@@ -309,7 +301,6 @@ def main():
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
                         help="sweep: head dims, comma-separated")
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
-    parser.add_argument("--candidates", action="store_true", help="sweep: also the CANDIDATES configs")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     bench(args) if args.mode == "bench" else sweep(args)

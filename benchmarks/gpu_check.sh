@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmark.
-#   bash benchmarks/gpu_check.sh [tests] [sweep] [candidates] [bench] [quick] [asm]
+#   bash benchmarks/gpu_check.sh [tests] [sweep] [sweep-fp8] [bench] [quick] [asm]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,9 +23,8 @@ if [[ "$steps" == *" sweep "* ]]; then
     asm=""; [[ "$steps" == *" asm "* ]] && asm="--asm bf16"
     python3 benchmarks/attention.py sweep --out "$OUT" $asm 2>&1 | tee "$OUT/sweep.log" | tail -60 || status=1
 fi
-if [[ "$steps" == *" candidates "* ]]; then  # FP8 trial configs beside the tuned ones
-    python3 benchmarks/attention.py sweep --out "$OUT" --dims 64,128 --fp8-only --candidates 2>&1 \
-        | tee "$OUT/candidates.log" | tail -30 || status=1
+if [[ "$steps" == *" sweep-fp8 "* ]]; then
+    python3 benchmarks/attention.py sweep --out "$OUT" --fp8-only 2>&1 | tee "$OUT/sweep-fp8.log" | tail -30 || status=1
 fi
 if [[ "$steps" == *" bench "* ]]; then
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
