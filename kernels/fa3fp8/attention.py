@@ -45,14 +45,13 @@ def _softmax_pv(
     if IS_FP8:
         # acc is kept in units of the current V tile's scale vs: acc_true = acc * vs
         acc = acc * (alpha * (vs_prev / vs))[:, None]
-        vs_prev = vs
         v = desc_v.load([hk * D, vcol + n0]).T
         acc = tl.dot(to_e4m3(p, ROUND_FIRST), v, acc)
     else:
         acc = acc * alpha[:, None]
         v = desc_v.load([k_start + n0, hk * D])
         acc = tl.dot(p.to(v.dtype), v, acc)
-    return acc, l_i, m_new, vs_prev
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -75,7 +74,7 @@ def _attn_tiles(
             scale = scale * tl.load(KS + tile)
             vs = tl.load(VS + tile)
             vs_prev = tl.where(n0 == lo, vs_entry, tl.load(VS + tile - 1, mask=n0 > lo, other=1.0))
-        acc, l_i, m_i, _ = _softmax_pv(
+        acc, l_i, m_i = _softmax_pv(
             acc, l_i, m_i, vs_prev, vs, s, n0, desc_v, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k,
             diag, D, BLOCK_N, MASKED, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST,
         )
