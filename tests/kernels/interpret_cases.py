@@ -80,6 +80,25 @@ def fp8_case(shape):
         "kernel_vs_fp8_ref": rmse(out.reshape(ref8.shape), ref8),
         "fp8_ref_vs_exact": rmse(ref8, exact.reshape(ref8.shape)),
         "finite": bool(torch.isfinite(out).all()),
+        "masked_rows_zero": bool((out.reshape(ref8.shape)[exact.reshape(ref8.shape).abs().sum(-1) == 0] == 0).all()),
+    }
+
+
+def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(sum(lens_q), heads, d, generator=gen).half()
+    k = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    v = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    qkv = fa3fp8.quantize_qkv(q, k, v, True, cu_q, cu_k, max(lens_q), max(lens_k))
+    out = fa3fp8.flash_attn_fp8_func(qkv, causal=True)
+    ref8, _ = attention_fp8_reference(qkv, causal=True)
+    exact, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=True, compute_dtype=torch.float64)
+    return {
+        "kernel_vs_fp8_ref": rmse(out, ref8), "fp8_ref_vs_exact": rmse(ref8, exact),
+        "finite": bool(torch.isfinite(out).all()),
+        "masked_rows_zero": bool((out[exact.abs().sum(-1) == 0] == 0).all()),
     }
 
 
@@ -109,8 +128,9 @@ def main():
         for causal in (False, True):
             name = f"varlen-lens{'_'.join(map(str, lens_q))}-H{heads}-KV{kv_heads}-D{d}-{'causal' if causal else 'full'}"
             results[name] = varlen_case(lens_q, lens_k, heads, kv_heads, d, causal)
-    for shape in [(2, 37, 70, 4, 2, 64, False), (1, 65, 65, 2, 1, 128, True)]:
+    for shape in [(2, 37, 70, 4, 2, 64, False), (1, 65, 65, 2, 1, 128, True), (1, 50, 20, 2, 2, 64, True)]:
         results["fp8-" + case_id(*shape)] = fp8_case(shape)
+    results["fp8-varlen-lens5_40_33-H4-KV2-D64-causal"] = fp8_varlen_case(*VARLEN[0])
     for d in (64, 128):
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)
