@@ -23,7 +23,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from worker.llm.attention import set_decode_attention
+from worker.llm.attention import DECODE_ATTENTION, set_decode_attention
 from worker.llm.random_checkpoint import LLAMA_31_8B_SHAPE, llama_config
 from worker.llm.runtime import runtime_for
 from worker.llm.session import Session
@@ -77,7 +77,7 @@ def prefill_row(runtime, ids: list[int], mode: str) -> dict:
 def decode_rows(runtime, ids: list[int], steps: int) -> list[dict]:
     """Milliseconds per generated token after prefilling `ids`, per decode-attention choice."""
     session = Session(runtime)
-    choices = ["sdpa"] if runtime.attention_impl == "sdpa" else ["kernel", "sdpa"]
+    choices = ["sdpa"] if runtime.attention_impl == "sdpa" else list(DECODE_ATTENTION)
     rows = []
     try:
         session.prefill(ids)
@@ -172,7 +172,8 @@ def benchmark(model, tokenizer, impls: list[str], args, report: dict, save) -> N
             report["rows"].append(prefill_row(one_pass, ids[: max(args.tokens)], "one_pass"))
             print(json.dumps(report["rows"][-1]), flush=True)
         if args.decode_steps:
-            report["decode"].extend(decode_rows(runtime, ids[: max(args.tokens)], args.decode_steps))
+            context = max(args.tokens) - args.decode_steps - 2  # room for the warm-up and timed tokens
+            report["decode"].extend(decode_rows(runtime, ids[:context], args.decode_steps))
             print(json.dumps(report["decode"]), flush=True)
         save()
 

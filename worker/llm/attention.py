@@ -17,24 +17,36 @@ from transformers.masking_utils import AttentionMaskInterface, flash_attention_m
 FA3_IMPLEMENTATIONS: dict[str, bool] = {"fa3_bf16": False, "fa3_fp8": True}
 ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
 
-DecodeAttention = Literal["kernel", "sdpa"]
+DecodeAttention = Literal["kernel", "sdpa", "matmul"]
+DECODE_ATTENTION = ("kernel", "sdpa", "matmul")
 _decode_attention: DecodeAttention = "sdpa"
 
 
 def set_decode_attention(choice: DecodeAttention) -> None:
     """Choose what serves single-token (decode) queries under the fa3 implementations."""
     global _decode_attention
-    if choice not in ("kernel", "sdpa"):
-        raise ValueError(f"decode_attention must be 'kernel' or 'sdpa', got {choice!r}")
+    if choice not in DECODE_ATTENTION:
+        raise ValueError(f"decode_attention must be one of {DECODE_ATTENTION}, got {choice!r}")
     _decode_attention = choice
 
 
 def _decode_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
-    # One query token: fold the query heads of each KV head into rows, one plain attention per KV head.
+    out = F.scaled_dot_product_attention(query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2)
+
+
+def _decode_matmul(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+    # Two batched matmuls over the whole KV length, which the GEMMs split across the GPU (the split-KV idea of
+    # flash-decoding), instead of one thread block per head walking all keys; the query heads of each KV head
+    # are rows of one product, so K and V are read once.
     batch, heads, _, dim = query.shape
-    packed = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
-    out = F.scaled_dot_product_attention(packed, key, value, scale=scaling)
+    rows = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    scores = torch.matmul(rows, key.transpose(2, 3)).float() * (scaling if scaling is not None else dim**-0.5)
+    out = torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)
     return out.reshape(batch, heads, 1, dim).transpose(1, 2)
+
+
+_DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul}
 
 
 def _fa3_forward(
@@ -74,8 +86,8 @@ def _fa3_forward(
             fp8=fp8,
         )
         return out.unsqueeze(0), None
-    if query.shape[2] == 1 and _decode_attention == "sdpa":
-        return _decode_sdpa(query, key, value, scaling), None
+    if query.shape[2] == 1 and _decode_attention in _DECODE_FUNCTIONS:
+        return _DECODE_FUNCTIONS[_decode_attention](query, key, value, scaling), None
     out = fa3fp8.flash_attn_func(
         query.transpose(1, 2),
         key.transpose(1, 2),

@@ -45,7 +45,7 @@ def test_packed_logits_agree_with_sdpa(load_tiny, text_ids, impl):
         assert (got.values - want.values).abs().max() < TOLERANCE[impl][0]
 
 
-@pytest.mark.parametrize("decode", ["kernel", "sdpa"])
+@pytest.mark.parametrize("decode", ["kernel", "sdpa", "matmul"])
 def test_decode_paths_agree(load_tiny, text_ids, decode):
     expected = Session(load_tiny("sdpa"))
     expected.prefill(text_ids[:100])
