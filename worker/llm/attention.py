@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-FA3_IMPLEMENTATIONS: dict[str, bool] = {"fa3_bf16": False, "fa3_fp8": True}
+FA3_IMPLEMENTATIONS = ("fa3_bf16", "fa3_fp8")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
 
 DecodeAttention = Literal["kernel", "sdpa", "matmul"]
