@@ -1,11 +1,11 @@
 """Turning a job request's documents into document references (what the worker reads, by id) and packing them
-into GPU passes under a token budget. Texts are never queued: inline texts are stored in one object under the
-job's `inputs/`."""
+into GPU passes under a token budget. Texts are never queued: a job's inline texts are kept in Redis with its state
+when small, else stored in one object under the job's `inputs/`."""
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import PurePosixPath
 from urllib.parse import quote
 
@@ -32,7 +32,8 @@ class DocRef:
 
     kind "object": a file at `uri`;
     kind "jsonl": entry number `entry` (0-based, blank lines skipped) of a client's JSONL object at `uri`;
-    kind "inline": line `entry` of the job's own `inputs/documents.jsonl` (the request's inline texts);
+    kind "redis": the request's inline text, kept in Redis with the job state until the job is final;
+    kind "inline": line `entry` of the job's own `inputs/documents.jsonl` (inline texts too large for Redis);
     `error` set: the document is already known to be bad and only gets its error line.
     """
 
@@ -71,6 +72,16 @@ def is_document_name(name: str) -> bool:
     return suffix in SUPPORTED_SUFFIXES or suffix == JSONL_SUFFIX
 
 
+@dataclass(frozen=True)
+class JobInputs:
+    """A request's document refs and where its inline texts go: `objects` (URI -> bytes) to store before the
+    job is created, or `texts` (doc id -> UTF-8 text) to keep in Redis with the job state."""
+
+    refs: list[DocRef]
+    objects: dict[str, bytes] = field(default_factory=dict)
+    texts: dict[str, bytes] = field(default_factory=dict)
+
+
 def refs_from_request(
     request: JobRequest,
     job_uri: str,
@@ -79,41 +90,42 @@ def refs_from_request(
     max_documents: int,
     max_document_bytes: int,
     max_jsonl_bytes: int,
-) -> tuple[list[DocRef], dict[str, bytes]]:
-    """The document references of `request` and the inline texts to store (input URI -> bytes).
+    max_redis_bytes: int,
+) -> JobInputs:
+    """The document references of `request` and its inline texts: kept in Redis if they come to at most
+    `max_redis_bytes` in all, else in one JSONL object under the job's `inputs/`.
 
     Raises InvalidJobError naming the field for input that cannot become a job.
     """
     if request.documents is not None:
-        refs, inline = _refs_from_documents(request, job_uri, max_document_bytes)
-        field = "documents"
+        inputs = _refs_from_documents(request, job_uri, max_document_bytes, max_redis_bytes)
+        field_name = "documents"
     else:
-        refs, inline = refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes), {}
-        field = "input_uri"
-    if len(refs) > max_documents:
-        raise InvalidJobError(field, f"{len(refs)} documents is over the limit of {max_documents} per job")
-    return refs, inline
+        refs = refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes)
+        inputs, field_name = JobInputs(refs), "input_uri"
+    if len(inputs.refs) > max_documents:
+        raise InvalidJobError(field_name, f"{len(inputs.refs)} documents is over the limit of {max_documents} per job")
+    return inputs
 
 
 def _refs_from_documents(
-    request: JobRequest, job_uri: str, max_document_bytes: int
-) -> tuple[list[DocRef], dict[str, bytes]]:
-    """Refs of the request's documents; the inline texts go together into one JSONL object under inputs/."""
-    inputs_uri = join_uri(job_uri, "inputs", INLINE_INPUTS)
+    request: JobRequest, job_uri: str, max_document_bytes: int, max_redis_bytes: int
+) -> JobInputs:
+    """Refs of the request's documents, with the inline texts in Redis (small) or in S3 (large)."""
+    texts: dict[str, bytes] = {}
     refs: list[DocRef] = []
-    lines: list[str] = []
     seen: dict[str, int] = {}
     for index, document in enumerate(request.documents or []):
         if document.text is not None:
             doc_id = document.id or f"doc-{index}"
-            size = len(document.text.encode("utf-8"))
-            if size > max_document_bytes:
+            encoded = document.text.encode("utf-8")
+            if len(encoded) > max_document_bytes:
                 raise InvalidJobError(
-                    f"documents[{index}].text", f"{size} bytes is over the limit of {max_document_bytes}"
+                    f"documents[{index}].text", f"{len(encoded)} bytes is over the limit of {max_document_bytes}"
                 )
-            ref = DocRef(index, doc_id, "inline", inputs_uri, f"{doc_id}.txt", estimate_tokens(len(document.text)),
-                         entry=len(lines))
-            lines.append(json.dumps({"id": doc_id, "text": document.text}, ensure_ascii=False))
+            ref = DocRef(index, doc_id, "redis", "", f"{doc_id}.txt", estimate_tokens(len(document.text)),
+                         entry=len(texts))
+            texts[doc_id] = encoded
         else:
             name = PurePosixPath(document.uri or "").name
             doc_id = document.id or name
@@ -124,8 +136,13 @@ def _refs_from_documents(
             )
         seen[doc_id] = index
         refs.append(ref)
-    inline = {inputs_uri: "".join(line + "\n" for line in lines).encode("utf-8")} if lines else {}
-    return refs, inline
+    if sum(map(len, texts.values())) <= max_redis_bytes:
+        return JobInputs(refs, texts=texts)
+    inputs_uri = join_uri(job_uri, "inputs", INLINE_INPUTS)
+    lines = [json.dumps({"id": doc_id, "text": text.decode("utf-8")}, ensure_ascii=False)
+             for doc_id, text in texts.items()]
+    stored = [replace(ref, kind="inline", uri=inputs_uri) if ref.kind == "redis" else ref for ref in refs]
+    return JobInputs(stored, objects={inputs_uri: "".join(line + "\n" for line in lines).encode("utf-8")})
 
 
 def refs_from_prefix(

@@ -1,6 +1,7 @@
 """JobService: the one place that submits, reads, lists and cancels jobs (used by the API, the CLI and the S3
-watcher). Storage layout per job: `{output_uri}/{tenant}/{job_id}/` holding `inputs/`, `docs/{doc_id}.json`,
-`results.jsonl`, `errors.jsonl` and `manifest.json`."""
+watcher). Storage layout per job: `{output_uri}/{tenant}/{job_id}/` holding `inputs/` (inline texts over
+`redis_inputs_max_bytes`; smaller ones stay in Redis with the job), `docs/{doc_id}.json`, `results.jsonl`,
+`errors.jsonl` and `manifest.json`."""
 from __future__ import annotations
 
 import re
@@ -74,15 +75,17 @@ class JobService:
             self._check_output(request.output_uri)
         job_id = uuid.uuid4().hex
         job_uri = join_uri(request.output_uri or self.settings.output_uri, tenant, job_id)
-        refs, inline = refs_from_request(
+        inputs = refs_from_request(
             request,
             job_uri,
             self.storage,
             max_documents=self.settings.max_documents_per_job,
             max_document_bytes=self.settings.max_document_bytes,
             max_jsonl_bytes=self.settings.max_request_bytes,
+            max_redis_bytes=self.settings.redis_inputs_max_bytes,
         )
-        self.storage.put_many(inline, "application/x-ndjson")
+        refs = inputs.refs
+        self.storage.put_many(inputs.objects, "application/x-ndjson")
         job = Job(
             id=job_id,
             tenant=tenant,
@@ -96,7 +99,7 @@ class JobService:
             priority=request.priority,
             metadata=request.metadata,
         )
-        holder = self.state.create(job, refs, request.idempotency_key)
+        holder = self.state.create(job, refs, request.idempotency_key, inputs.texts)
         if holder != job_id:
             return self.state.get(holder) or job
         log = get_logger(job_id=job_id, tenant=tenant, task=job.task)

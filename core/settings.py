@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(64 * 1024 * 1024, gt=0)
     max_documents_per_job: int = Field(10_000, gt=0)
     max_document_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    redis_inputs_max_bytes: int = Field(
+        64 * 1024, ge=0, description="a job's inline texts up to this size in all are kept in Redis, not S3"
+    )
 
     task_soft_time_limit: int = Field(3300, gt=0)
     task_hard_time_limit: int = Field(3600, gt=0)

@@ -7,6 +7,7 @@ Keys (under the settings' `redis_prefix`):
   job:{id}:running  set: doc ids being processed (running = SCARD; queued = total - done - running)
   job:{id}:attempts hash: doc id -> times processing started (a redelivered document counts again)
   job:{id}:records  hash: doc id -> its record JSON (small ones), kept until finalize to save reading them back
+  job:{id}:texts    hash: doc id -> inline text (a job's small inline inputs), kept until the job is final
   tenant:{t}:jobs   sorted set: job ids by creation time (listing, newest first)
   idem:{t}:{sha256} string: idempotency key -> job id
 Every change of counters happens inside one Lua script, so concurrent workers never lose a count.
@@ -36,6 +37,7 @@ local fields = cjson.decode(ARGV[4])
 for k, v in pairs(fields) do redis.call("HSET", KEYS[1], k, v) end
 local refs = cjson.decode(ARGV[5])
 for k, v in pairs(refs) do redis.call("HSET", KEYS[2], k, v) end
+for i = 8, #ARGV, 2 do redis.call("HSET", KEYS[5], ARGV[i], ARGV[i + 1]) end
 redis.call("ZADD", KEYS[3], ARGV[2], ARGV[1])
 redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[6])
 return ARGV[1]
@@ -113,6 +115,7 @@ class _JobKeys(NamedTuple):
     refs: str
     attempts: str
     records: str
+    texts: str
 
 
 def utcnow() -> datetime:
@@ -154,7 +157,7 @@ class JobState:
     def _keys(self, job_id: str) -> _JobKeys:
         base = f"{self.prefix}job:{job_id}"
         return _JobKeys(base, f"{base}:docs", f"{base}:running", f"{base}:refs", f"{base}:attempts",
-                        f"{base}:records")
+                        f"{base}:records", f"{base}:texts")
 
     def _index_key(self, tenant: str) -> str:
         return f"{self.prefix}tenant:{tenant}:jobs"
@@ -164,9 +167,12 @@ class JobState:
         value = self.redis.get(f"{self.prefix}idem:{tenant}:{_idempotency_hash(key)}")
         return value.decode() if value else None
 
-    def create(self, job: Job, refs: list[DocRef], idempotency_key: str | None) -> str:
-        """Store a new job and its document refs; with an idempotency key already used by the tenant, store
-        nothing and return the earlier job's id. Returns the id of the job that holds the request."""
+    def create(
+        self, job: Job, refs: list[DocRef], idempotency_key: str | None, texts: dict[str, bytes] | None = None
+    ) -> str:
+        """Store a new job, its document refs and its inline `texts` (doc id -> text, kept until the job is
+        final), all at once; with an idempotency key already used by the tenant, store nothing and return the
+        earlier job's id. Returns the id of the job that holds the request."""
         fields = {
             "id": job.id,
             "tenant": job.tenant,
@@ -184,7 +190,7 @@ class JobState:
         keys = self._keys(job.id)
         idem_key = f"{self.prefix}idem:{job.tenant}:{_idempotency_hash(idempotency_key or '')}"
         result = self._create(
-            keys=[keys.base, keys.refs, self._index_key(job.tenant), idem_key],
+            keys=[keys.base, keys.refs, self._index_key(job.tenant), idem_key, keys.texts],
             args=[
                 job.id,
                 int(job.created_at.timestamp() * 1000),
@@ -193,6 +199,7 @@ class JobState:
                 json.dumps({ref.id: json.dumps(ref.to_dict()) for ref in refs}),
                 int((job.created_at.timestamp() - self.job_ttl_s) * 1000),
                 f"{self.prefix}job:",
+                *(item for pair in (texts or {}).items() for item in pair),
             ],
         )
         return result.decode()
@@ -246,6 +253,11 @@ class JobState:
         """The refs of `doc_ids` (None for unknown ones)."""
         values = self.redis.hmget(self._keys(job_id).refs, doc_ids) if doc_ids else []
         return [DocRef.from_dict(json.loads(value)) if value else None for value in values]
+
+    def texts(self, job_id: str, doc_ids: list[str]) -> dict[str, bytes]:
+        """The inline texts kept in Redis of those `doc_ids` that have one, by doc id."""
+        values = self.redis.hmget(self._keys(job_id).texts, doc_ids) if doc_ids else []
+        return {doc_id: value for doc_id, value in zip(doc_ids, values) if value is not None}
 
     def all_refs(self, job_id: str) -> list[DocRef]:
         """All refs of the job, in request order."""
@@ -311,8 +323,8 @@ class JobState:
         return datetime.fromisoformat(pipe.execute()[1].decode())
 
     def set_final(self, job_id: str, status: JobStatus, error: str | None = None) -> None:
-        """Record the final status (and finished_at, if not yet set) and let the job's keys expire after the
-        retention period."""
+        """Record the final status (and finished_at, if not yet set), drop the job's inline texts and let its
+        other keys expire after the retention period."""
         if not status.is_final:
             raise ValueError(f"status must be final, got {status}")
         self.stamp_finished(job_id)
@@ -321,7 +333,7 @@ class JobState:
         pipe.hset(keys.base, "status", status.value)
         if error:
             pipe.hset(keys.base, "error", error)
-        pipe.delete(keys.running, keys.records)
+        pipe.delete(keys.running, keys.records, keys.texts)
         for key in (keys.base, keys.docs, keys.refs, keys.attempts):
             pipe.expire(key, self.job_ttl_s)
         pipe.execute()

@@ -35,9 +35,10 @@ class DocumentReader:
         self.max_bytes = max_bytes
         self._cached: tuple[str, list] | None = None
 
-    def read_many(self, refs: list[DocRef]) -> list[Document | DocumentError]:
+    def read_many(self, refs: list[DocRef], texts: dict[str, bytes] | None = None) -> list[Document | DocumentError]:
         """The documents `refs` point to, in order; a DocumentError naming the document for each that cannot be
-        read."""
+        read. `texts` holds the inline texts (by doc id) of the refs of kind "redis"."""
+        held = texts or {}
         for ref in refs:
             if ref.kind in ("jsonl", "inline") and not ref.error:
                 try:
@@ -45,19 +46,20 @@ class DocumentReader:
                 except DocumentError:
                     pass
         if len(refs) == 1:
-            return [self._read_or_error(refs[0])]
+            return [self._read_or_error(refs[0], held)]
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(refs))) as pool:
-            return list(pool.map(self._read_or_error, refs))
+            return list(pool.map(lambda ref: self._read_or_error(ref, held), refs))
 
-    def _read_or_error(self, ref: DocRef) -> Document | DocumentError:
+    def _read_or_error(self, ref: DocRef, texts: dict[str, bytes]) -> Document | DocumentError:
         try:
-            return self.read(ref)
+            return self.read(ref, texts)
         except DocumentError as exc:
             exc.doc_id = ref.id
             return exc
 
-    def read(self, ref: DocRef) -> Document:
-        """The document `ref` points to; raises DocumentError naming it if it cannot be read."""
+    def read(self, ref: DocRef, texts: dict[str, bytes] | None = None) -> Document:
+        """The document `ref` points to (for kind "redis", its text in `texts`); raises DocumentError naming it
+        if it cannot be read."""
         if ref.error:
             raise DocumentError(ref.error, ref.id)
         if ref.kind == "jsonl":
@@ -65,6 +67,11 @@ class DocumentReader:
             if isinstance(parsed, DocumentError):
                 raise DocumentError(f"{ref.name}: {parsed}", ref.id)
             text = parsed[1]
+        elif ref.kind == "redis":
+            held = (texts or {}).get(ref.id)
+            if held is None:
+                raise DocumentError(f"{ref.name}: its inline text is no longer in Redis", ref.id)
+            text = extract_text(ref.name, held, self.max_bytes)
         elif ref.kind == "inline":
             text = extract_text(ref.name, self._entries(ref.uri, "inline")[ref.entry], self.max_bytes)
         else:
@@ -122,13 +129,19 @@ def run_task(task: Task, documents: list[Document], options: BaseModel) -> list[
 
 
 def process_refs(
-    reader: DocumentReader, task: Task, options: BaseModel, refs: list[DocRef], soft_time_limit_s: int
+    reader: DocumentReader,
+    task: Task,
+    options: BaseModel,
+    refs: list[DocRef],
+    soft_time_limit_s: int,
+    texts: dict[str, bytes] | None = None,
 ) -> list[dict]:
-    """Records of `refs`: read errors, then the task's results and errors. If the soft time limit strikes
-    during the pass, each of its documents gets a time-limit error."""
+    """Records of `refs` (with `texts`, the inline texts kept in Redis, by doc id): read errors, then the task's
+    results and errors. If the soft time limit strikes during the pass, each of its documents gets a time-limit
+    error."""
     records: list[dict] = []
     documents: list[Document] = []
-    for ref, read in zip(refs, reader.read_many(refs)):
+    for ref, read in zip(refs, reader.read_many(refs, texts)):
         if isinstance(read, DocumentError):
             records.append(doc_record(ref.id, error=str(read), elapsed_s=0.0))
         else:
@@ -181,7 +194,8 @@ class JobProcessor:
         if pending:
             task = get_task(job.task)
             options = validate_options(job.task, job.options)
-            records += process_refs(self.reader, task, options, pending, self.settings.task_soft_time_limit)
+            texts = self.state.texts(job_id, [ref.id for ref in pending if ref.kind == "redis"])
+            records += process_refs(self.reader, task, options, pending, self.settings.task_soft_time_limit, texts)
         remaining = self._store(job.output_uri, job_id, records) if records else self.state.remaining(job_id)
         if remaining == 0:
             self.finalize(job_id)

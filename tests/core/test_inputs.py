@@ -9,7 +9,7 @@ from core.inputs import DocRef, InvalidJobError, pack, refs_from_prefix, refs_fr
 from core.jobs import JobRequest
 from core.storage import S3Storage
 
-LIMITS = {"max_documents": 5, "max_document_bytes": 1000, "max_jsonl_bytes": 10_000}
+LIMITS = {"max_documents": 5, "max_document_bytes": 1000, "max_jsonl_bytes": 10_000, "max_redis_bytes": 100}
 
 
 def ref(index: int, tokens: int) -> DocRef:
@@ -31,15 +31,30 @@ def test_pack_groups_consecutive_documents_under_the_budget(tokens, budget, max_
     assert [[r.index for r in group] for group in packed] == groups
 
 
-def test_inline_texts_get_ids_and_input_uris() -> None:
+def test_small_inline_texts_stay_in_redis_with_their_ids() -> None:
     request = JobRequest(task="stats", documents=[{"text": "héllo wörld"}, {"id": "x/y", "uri": "s3://bkt/a/b.pdf"},
-                                                  {"uri": "s3://bkt/c.md"}])
-    refs, inline = refs_from_request(request, "s3://out/t/j1", None, **LIMITS)
-    assert [(r.id, r.kind, r.name) for r in refs] == [("doc-0", "inline", "doc-0.txt"), ("x/y", "object", "b.pdf"),
-                                                       ("c.md", "object", "c.md")]
-    assert refs[0].uri == "s3://out/t/j1/inputs/documents.jsonl" and refs[0].entry == 0
-    assert inline == {refs[0].uri: '{"id": "doc-0", "text": "héllo wörld"}\n'.encode()}
+                                                  {"uri": "s3://bkt/c.md"}, {"id": "n", "text": "näin"}])
+    inputs = refs_from_request(request, "s3://out/t/j1", None, **LIMITS)
+    assert [(r.id, r.kind, r.name) for r in inputs.refs] == [
+        ("doc-0", "redis", "doc-0.txt"), ("x/y", "object", "b.pdf"), ("c.md", "object", "c.md"), ("n", "redis", "n.txt")
+    ]
+    assert inputs.texts == {"doc-0": "héllo wörld".encode(), "n": "näin".encode()}
+    assert inputs.objects == {}
     assert storage_name("x/y") == "x%2Fy"
+
+
+@pytest.mark.parametrize("max_redis_bytes", [0, len("héllo wörld".encode()) + len("näin".encode()) - 1],
+                         ids=["redis-off", "one-byte-over"])
+def test_inline_texts_over_the_redis_limit_go_to_one_inputs_object(max_redis_bytes: int) -> None:
+    request = JobRequest(task="stats", documents=[{"text": "héllo wörld"}, {"id": "x/y", "uri": "s3://bkt/a/b.pdf"},
+                                                  {"id": "n", "text": "näin"}])
+    inputs = refs_from_request(request, "s3://out/t/j1", None, **{**LIMITS, "max_redis_bytes": max_redis_bytes})
+    uri = "s3://out/t/j1/inputs/documents.jsonl"
+    assert [(r.id, r.kind, r.uri, r.entry) for r in inputs.refs] == [
+        ("doc-0", "inline", uri, 0), ("x/y", "object", "s3://bkt/a/b.pdf", 0), ("n", "inline", uri, 1)
+    ]
+    assert inputs.texts == {}
+    assert inputs.objects == {uri: '{"id": "doc-0", "text": "héllo wörld"}\n{"id": "n", "text": "näin"}\n'.encode()}
 
 
 @pytest.mark.parametrize(

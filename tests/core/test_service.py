@@ -33,16 +33,27 @@ def queued_messages(service: JobService) -> list[tuple[str, int, list]]:
     return found
 
 
-def test_submit_stores_inline_texts_and_queues_packed_groups_of_ids(service: JobService) -> None:
+@pytest.mark.parametrize(("redis_inputs_max_bytes", "in_redis"), [(1180, True), (1179, False)],
+                         ids=["texts-up-to-the-limit-in-redis", "texts-over-the-limit-in-s3"])
+def test_submit_stores_inline_texts_and_queues_packed_groups_of_ids(
+    service: JobService, redis_inputs_max_bytes: int, in_redis: bool
+) -> None:
+    service.settings = service.settings.model_copy(update={"redis_inputs_max_bytes": redis_inputs_max_bytes})
     texts = ["short one. " * 10, "short two. " * 10, "a much longer document. " * 40]
+    ids = [f"t{i}" for i in range(3)]
     job = service.submit(
-        JobRequest(task="stats", documents=[{"id": f"t{i}", "text": t} for i, t in enumerate(texts)], priority=3),
-        "acme",
+        JobRequest(task="stats", documents=[{"id": i, "text": t} for i, t in zip(ids, texts)], priority=3), "acme"
     )
     assert job.status == JobStatus.queued and job.counts.total == 3
     assert job.output_uri == f"{service.settings.output_uri}/acme/{job.id}"
-    stored = service.storage.get(f"{job.output_uri}/inputs/documents.jsonl").decode().splitlines()
-    assert [json.loads(line) for line in stored] == [{"id": f"t{i}", "text": t} for i, t in enumerate(texts)]
+    inputs_uri = f"{job.output_uri}/inputs/documents.jsonl"
+    if in_redis:
+        assert service.state.texts(job.id, ids) == {i: t.encode() for i, t in zip(ids, texts)}
+        assert not service.storage.exists(inputs_uri)
+    else:
+        stored = service.storage.get(inputs_uri).decode().splitlines()
+        assert [json.loads(line) for line in stored] == [{"id": i, "text": t} for i, t in zip(ids, texts)]
+        assert service.state.texts(job.id, ids) == {}
     messages = queued_messages(service)
     assert [(task, level) for task, level, _ in messages] == [(PROCESS_DOCUMENTS, 3)] * 2
     assert sorted(args[1] for *_, args in messages) == [["t0", "t1"], ["t2"]]

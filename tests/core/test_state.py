@@ -18,7 +18,8 @@ def state(redis_url: str) -> JobState:
     return JobState(Redis.from_url(redis_url), f"state-test-{uuid.uuid4().hex[:8]}:", 3600)
 
 
-def make_job(state: JobState, n_docs: int, tenant: str = "acme", key: str | None = None, age_s: float = 0) -> str:
+def make_job(state: JobState, n_docs: int, tenant: str = "acme", key: str | None = None, age_s: float = 0,
+             texts: dict[str, bytes] | None = None) -> str:
     job = Job(
         id=uuid.uuid4().hex,
         tenant=tenant,
@@ -30,7 +31,7 @@ def make_job(state: JobState, n_docs: int, tenant: str = "acme", key: str | None
         output_uri="s3://bucket/jobs/x",
     )
     refs = [DocRef(i, f"d{i}", "object", f"s3://bucket/in/d{i}.txt", f"d{i}.txt", 10) for i in range(n_docs)]
-    return state.create(job, refs, key)
+    return state.create(job, refs, key, texts)
 
 
 def test_new_job_reads_back_with_all_documents_queued(state: JobState) -> None:
@@ -103,6 +104,18 @@ def test_set_final_stamps_finished_at_once(state: JobState) -> None:
     assert 0 < state.redis.ttl(f"{state.prefix}job:{job_id}") <= 3600
     with pytest.raises(ValueError, match="final"):
         state.set_final(job_id, JobStatus.running)
+
+
+def test_inline_texts_live_with_the_job_until_it_is_final(state: JobState) -> None:
+    texts = {"d0": "première ligne".encode(), "d1": b"second line"}
+    job_id = make_job(state, 2, key="with-texts", texts=texts)
+    assert state.texts(job_id, ["d1", "d0", "nope"]) == {"d1": texts["d1"], "d0": texts["d0"]}
+    assert make_job(state, 2, key="with-texts", texts={"d0": b"another request"}) == job_id
+    assert state.texts(job_id, ["d0"]) == {"d0": texts["d0"]}
+    state.finish_documents(job_id, [("d0", "succeeded", ""), ("d1", "succeeded", "")])
+    state.set_final(job_id, JobStatus.succeeded)
+    assert state.texts(job_id, ["d0", "d1"]) == {}
+    assert state.redis.exists(f"{state.prefix}job:{job_id}:texts") == 0
 
 
 def test_idempotency_key_returns_the_first_job_per_tenant(state: JobState) -> None:

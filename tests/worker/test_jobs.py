@@ -78,6 +78,7 @@ def test_a_worker_killed_mid_document_is_redelivered_and_each_document_ends_once
     key = f"runs-{uuid.uuid4().hex}"
     job = service.submit(JobRequest(task="sleep", options={"seconds": 1.5, "record_url": redis_url, "record_key": key},
                                     documents=[{"id": f"d{i}", "text": TEXT} for i in range(3)]), "acme")
+    assert {ref.kind for ref in service.state.all_refs(job.id)} == {"redis"}
     wait_for(lambda: service.state.redis.llen(key) >= 1, 30, "the first document to start")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(10)
@@ -90,6 +91,7 @@ def test_a_worker_killed_mid_document_is_redelivered_and_each_document_ends_once
     runs = [d.decode() for d in service.state.redis.lrange(key, 0, -1)]
     assert runs.count("d0") == 2 and sorted(set(runs)) == ["d0", "d1", "d2"]
     assert [r["id"] for r in read_jsonl(service, "acme", job.id, "results")] == ["d0", "d1", "d2"]
+    assert service.state.texts(job.id, ["d0", "d1", "d2"]) == {}
 
     slow = service.submit(JobRequest(task="sleep", options={"seconds": 10}, documents=[{"id": "slow", "text": TEXT}]),
                           "acme")

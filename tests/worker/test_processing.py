@@ -70,6 +70,38 @@ def test_a_job_runs_to_results_errors_and_manifest(offline_service: JobService, 
     assert manifest["timings"]["wall_s"] >= 0
 
 
+@pytest.mark.parametrize(("redis_inputs_max_bytes", "kind"), [(64 * 1024, "redis"), (0, "inline")],
+                         ids=["texts-in-redis", "texts-in-s3"])
+def test_a_redelivered_group_reads_inline_texts_where_they_were_kept(
+    offline_service: JobService, processor: JobProcessor, redis_inputs_max_bytes: int, kind: str
+) -> None:
+    offline_service.settings = offline_service.settings.model_copy(
+        update={"redis_inputs_max_bytes": redis_inputs_max_bytes}
+    )
+    texts = {"fr": "Première phrase. Deuxième phrase.", "en": TEXT}
+    job = offline_service.submit(JobRequest(task="stats", documents=[{"id": i, "text": t} for i, t in texts.items()]),
+                                 "acme")
+    assert {ref.kind for ref in offline_service.state.all_refs(job.id)} == {kind}
+    # A first attempt started both documents, then its worker died.
+    offline_service.state.begin_documents(job.id, list(texts), MAX_ATTEMPTS)
+    run_all(offline_service, processor, job.id)
+    results = read_jsonl(offline_service, f"{job.output_uri}/results.jsonl")
+    assert [(r["id"], r["result"]["sentences"]) for r in results] == [("fr", 2), ("en", 3)]
+    assert offline_service.get("acme", job.id).status == JobStatus.succeeded
+    assert offline_service.state.texts(job.id, list(texts)) == {}
+
+
+def test_an_inline_text_missing_from_redis_becomes_an_error_line(offline_service: JobService,
+                                                                 processor: JobProcessor) -> None:
+    job = offline_service.submit(JobRequest(task="noop", documents=[{"id": "kept", "text": TEXT},
+                                                                    {"id": "lost", "text": TEXT}]), "acme")
+    offline_service.state.redis.hdel(f"{offline_service.state.prefix}job:{job.id}:texts", "lost")
+    run_all(offline_service, processor, job.id)
+    assert [r["id"] for r in read_jsonl(offline_service, f"{job.output_uri}/results.jsonl")] == ["kept"]
+    [error] = read_jsonl(offline_service, f"{job.output_uri}/errors.jsonl")
+    assert error == {"id": "lost", "error": "lost.txt: its inline text is no longer in Redis"}
+
+
 def test_jsonl_entries_and_their_errors_become_documents(offline_service: JobService, processor: JobProcessor,
                                                          test_bucket: str) -> None:
     uri = f"s3://{test_bucket}/proc-in/{uuid.uuid4().hex}/batch.jsonl"
