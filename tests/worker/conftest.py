@@ -1,5 +1,5 @@
-"""Worker-side fixtures: the test-only `sleep` task in this process, and a JobService whose queue no worker
-consumes (tests drive JobProcessor directly)."""
+"""Worker-side fixtures: the test-only `sleep` task in this process, a JobService whose queue no worker
+consumes (tests drive JobProcessor directly), and a tiny random-weight Llama as the LLM of the LLM tasks."""
 from __future__ import annotations
 
 import importlib
@@ -37,3 +37,25 @@ def offline_service(service_settings) -> JobService:
 def processor(offline_service: JobService) -> JobProcessor:
     """A JobProcessor on the same Redis state and S3 as `offline_service`."""
     return JobProcessor(offline_service.settings, offline_service.state, S3Storage(offline_service.settings))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """Folder of a tiny random-weight Llama checkpoint (MiniLM tokenizer), saved once per session."""
+    from worker.llm.random_checkpoint import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def llm_settings(tiny_llama, monkeypatch):
+    """Settings whose LLM is the tiny checkpoint (as a worker reads them from the environment), with small
+    prefill chunks and packs so that documents of a few hundred tokens take several of each."""
+    from core.settings import get_settings
+
+    monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(tiny_llama))
+    monkeypatch.setenv("DOCFLASH_PREFILL_CHUNK_TOKENS", "32")
+    monkeypatch.setenv("DOCFLASH_PACK_TOKEN_BUDGET", "128")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()

@@ -1,7 +1,6 @@
-"""A tiny random-weight Llama checkpoint (MiniLM tokenizer), saved once per session, loaded by the real code."""
+"""The tiny Llama (`tiny_llama`, tests/worker/conftest.py) loaded by the real code, and a text to feed it."""
 import pytest
 
-from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import load_runtime
 
 TEXT = (
@@ -9,12 +8,6 @@ TEXT = (
     "layer, and each new chunk attends to everything before it. Several short documents share a pass when "
     "they are packed end to end, each one seeing only itself. "
 ) * 3
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory):
-    """Folder of the tiny checkpoint."""
-    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")
@@ -44,15 +37,3 @@ def text_ids(load_tiny):
 
     return encode_text(load_tiny().tokenizer, TEXT)
 
-
-@pytest.fixture
-def llm_settings(tiny_llama, monkeypatch):
-    """Settings whose LLM is the tiny checkpoint (as a worker reads them from the environment)."""
-    from core.settings import get_settings
-
-    monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(tiny_llama))
-    monkeypatch.setenv("DOCFLASH_PREFILL_CHUNK_TOKENS", "64")
-    monkeypatch.setenv("DOCFLASH_PACK_TOKEN_BUDGET", "128")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()

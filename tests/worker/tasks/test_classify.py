@@ -4,29 +4,13 @@ import json
 import pytest
 import torch
 
-from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.prompts import DocumentPrompt, encode_text
-from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import get_runtime
 from worker.local import run_local
 from worker.tasks import get_task
 
 LABELS = ["databases", "baking", "gpu kernels"]
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tmp_path_factory):
-    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
-
-
-@pytest.fixture
-def llm_settings(tiny_llm, monkeypatch):
-    monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(tiny_llm))
-    monkeypatch.setenv("DOCFLASH_PREFILL_CHUNK_TOKENS", "32")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
 
 
 def independent_label_logprob(runtime, text: str, label: str) -> float:

@@ -12,7 +12,6 @@ from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.json_schema import model_from_schema
-from worker.llm.random_checkpoint import save_tiny_llama
 from worker.tasks import get_task
 from worker.tasks.extract import validate_answer
 
@@ -41,17 +40,12 @@ def scripted_llama(source, target, transitions: dict[str, str]):
     return target
 
 
-@pytest.fixture(scope="module")
-def tiny_llm(tmp_path_factory):
-    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
-
-
 @pytest.fixture
-def extract_with(tiny_llm, tmp_path, monkeypatch):
+def extract_with(tiny_llama, tmp_path, monkeypatch):
     """Run `extract` on a document with the model scripted by SCRIPTS[name]."""
 
     def run(name, document, schema=SCHEMA):
-        monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(scripted_llama(tiny_llm, tmp_path / name, SCRIPTS[name])))
+        monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(scripted_llama(tiny_llama, tmp_path / name, SCRIPTS[name])))
         get_settings.cache_clear()
         options = validate_options("extract", {"schema": schema, "max_new_tokens": 8})
         return get_task("extract").process_batch([document], options)[0]

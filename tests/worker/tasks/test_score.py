@@ -5,27 +5,11 @@ import pytest
 import torch
 
 from core.documents import DocumentError
-from core.settings import get_settings
 from core.task_specs import validate_options
 from worker.llm.prompts import encode_text
-from worker.llm.random_checkpoint import save_tiny_llama
 from worker.llm.runtime import get_runtime
 from worker.llm.session import logits_chunk_tokens
 from worker.tasks import get_task
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tmp_path_factory):
-    return save_tiny_llama(tmp_path_factory.mktemp("llm"))
-
-
-@pytest.fixture
-def llm_settings(tiny_llm, monkeypatch):
-    monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(tiny_llm))
-    monkeypatch.setenv("DOCFLASH_PREFILL_CHUNK_TOKENS", "32")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
 
 
 def full_forward_logprobs(runtime, text: str) -> torch.Tensor:
@@ -62,4 +46,5 @@ def test_bad_documents_fail_alone(llm_settings, make_document, texts, text, mess
     results = get_task("score").process_batch([bad, good], validate_options("score", {}))
     assert isinstance(results[0], DocumentError) and results[0].doc_id == "bad"
     assert str(results[0]).startswith("bad: ") and message in str(results[0])
-    assert results[1]["scored_tokens"] > 10 and len(results[1]["chunks"]) == math.ceil(results[1]["scored_tokens"] / 32)
+    chunks = math.ceil(results[1]["scored_tokens"] / llm_settings.prefill_chunk_tokens)
+    assert results[1]["scored_tokens"] > 10 and len(results[1]["chunks"]) == chunks
