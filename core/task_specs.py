@@ -5,6 +5,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from core.json_schema import model_from_schema
+
 # Position embeddings of the MiniLM encoder; a chunk (with its two special tokens) must fit in them.
 ENCODER_MAX_CHUNK_TOKENS = 510
 
@@ -61,7 +63,8 @@ class SummarizeOptions(_Options):
 
 
 class ExtractOptions(_Options):
-    """`extract`: fill a JSON schema (an object with properties) from the document."""
+    """`extract`: fill a JSON schema (an object with properties) from the document; a schema that the
+    worker cannot turn into a validator (`$ref`, `anyOf`, ...) is refused with its place in the schema."""
 
     json_schema: dict[str, Any] = Field(alias="schema", description="JSON schema of the object to extract")
     max_new_tokens: int = Field(512, ge=1, le=8192)
@@ -74,6 +77,7 @@ class ExtractOptions(_Options):
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
             raise ValueError("the schema must list the fields to extract under \"properties\"")
+        model_from_schema(schema)
         return schema
 
 

@@ -8,6 +8,15 @@ from pydantic import ValidationError
 from core.task_specs import TASK_OPTIONS, UnknownTaskError, validate_options
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"}}}
+REF_SCHEMA = {"type": "object", "properties": {"when": {"type": "object", "$ref": "#/defs/date"}}}
+ANY_OF_ITEMS_SCHEMA = {
+    "type": "object",
+    "properties": {"tags": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}},
+}
+NESTED_ALL_OF_SCHEMA = {
+    "type": "object",
+    "properties": {"author": {"type": "object", "properties": {"name": {"allOf": [{"type": "string"}]}}}},
+}
 
 
 def test_every_contract_task_has_options():
@@ -63,6 +72,12 @@ def test_valid_options(task, options, expected):
         pytest.param("extract", {}, "schema", "Field required", id="extract-no-schema"),
         pytest.param("extract", {"schema": {"type": "array"}}, "schema", "must describe an object", id="extract-array"),
         pytest.param("extract", {"schema": {"type": "object"}}, "schema", "under \"properties\"", id="extract-no-props"),
+        pytest.param("extract", {"schema": REF_SCHEMA}, "schema", "schema at $.when: '$ref' is not supported",
+                     id="extract-ref"),
+        pytest.param("extract", {"schema": ANY_OF_ITEMS_SCHEMA}, "schema", "schema at $.tags[]: 'anyOf' is not supported",
+                     id="extract-any-of-items"),
+        pytest.param("extract", {"schema": NESTED_ALL_OF_SCHEMA}, "schema",
+                     "schema at $.author.name: 'allOf' is not supported", id="extract-nested-all-of"),
         pytest.param("classify", {"labels": ["spam"]}, "labels", "at least 2 items", id="classify-one-label"),
         pytest.param("classify", {"labels": ["a", "a "]}, "labels", "distinct", id="classify-duplicates"),
         pytest.param("classify", {"labels": ["a", " "]}, "labels", "empty", id="classify-blank"),

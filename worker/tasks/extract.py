@@ -4,16 +4,28 @@ import json
 from pydantic import BaseModel
 
 from core.documents import DocumentError
+from core.json_schema import model_from_schema
 from core.settings import get_settings
 from core.task_specs import ExtractOptions
 from worker.llm.document_errors import about_document
-from worker.llm.json_schema import find_json_object, model_from_schema
 from worker.llm.prompts import DocumentPrompt, document_room, encode_document
 from worker.llm.runtime import LLMRuntime, get_runtime
 from worker.llm.session import Session
 from worker.tasks.base import Document, Task, register_task
 
 RETRY_MESSAGE = "That answer is not valid: {error}. Reply with only one JSON object that matches the schema.\nJSON:"
+
+
+def find_json_object(text: str) -> dict:
+    """The first JSON object in `text` (code fences and surrounding prose are skipped); ValueError if none."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+    raise ValueError("the answer contains no JSON object")
 
 
 def validate_answer(answer: str, model: type[BaseModel]) -> dict:
@@ -27,11 +39,8 @@ def _short_error(error: Exception) -> str:
 
 def extract_from_text(runtime: LLMRuntime, text: str, schema: dict, max_new_tokens: int) -> dict:
     """Generate JSON for `schema` from `text`; an invalid answer gets one retry in the same conversation,
-    then the document fails with the validation error."""
-    try:
-        model = model_from_schema(schema)
-    except ValueError as exc:
-        raise DocumentError(f"options.schema: {exc}") from None
+    then the document fails with the validation error. `schema` is one that `ExtractOptions` accepted."""
+    model = model_from_schema(schema)
     template = DocumentPrompt(
         runtime.tokenizer,
         "Extract information from the document below as one JSON object that matches this JSON schema:\n"

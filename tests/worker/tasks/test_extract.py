@@ -9,11 +9,11 @@ from pydantic import ValidationError
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from core.documents import DocumentError
+from core.json_schema import model_from_schema
 from core.settings import get_settings
 from core.task_specs import validate_options
-from worker.llm.json_schema import model_from_schema
 from worker.tasks import get_task
-from worker.tasks.extract import validate_answer
+from worker.tasks.extract import find_json_object, validate_answer
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"}}}
 # The prompt ends with "only." and the retry message with "JSON:"; "[SEP]" is the end of sequence.
@@ -44,10 +44,10 @@ def scripted_llama(source, target, transitions: dict[str, str]):
 def extract_with(tiny_llama, tmp_path, monkeypatch):
     """Run `extract` on a document with the model scripted by SCRIPTS[name]."""
 
-    def run(name, document, schema=SCHEMA):
+    def run(name, document):
         monkeypatch.setenv("DOCFLASH_LLM_MODEL", str(scripted_llama(tiny_llama, tmp_path / name, SCRIPTS[name])))
         get_settings.cache_clear()
-        options = validate_options("extract", {"schema": schema, "max_new_tokens": 8})
+        options = validate_options("extract", {"schema": SCHEMA, "max_new_tokens": 8})
         return get_task("extract").process_batch([document], options)[0]
 
     yield run
@@ -72,13 +72,6 @@ def test_still_invalid_after_retry_is_a_document_error(extract_with, make_docume
     assert str(error).startswith("bread-doc: the model's answer is not valid JSON for the schema after 2 attempts")
 
 
-def test_unsupported_schema_is_a_document_error(extract_with, make_document, texts):
-    schema = {"type": "object", "properties": {"when": {"type": "object", "$ref": "#/defs/date"}}}
-    error = extract_with("valid-first", make_document(texts["bread"]), schema)
-    assert isinstance(error, DocumentError)
-    assert "options.schema: schema at $.when: '$ref' is not supported" in str(error)
-
-
 @pytest.mark.parametrize(
     ("answer", "data"),
     [
@@ -95,3 +88,21 @@ def test_validate_answer(answer, data):
 def test_validate_answer_refuses(answer):
     with pytest.raises((ValidationError, ValueError)):
         validate_answer(answer, model_from_schema(SCHEMA))
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"a": 1}', {"a": 1}),
+        ('Here it is:\n```json\n{"a": {"b": [1, 2]}}\n```', {"a": {"b": [1, 2]}}),
+        ('{broken {"a": 2} trailing }', {"a": 2}),
+    ],
+    ids=["bare", "fenced", "after-broken"],
+)
+def test_find_json_object(answer, expected):
+    assert find_json_object(answer) == expected
+
+
+def test_find_json_object_without_object():
+    with pytest.raises(ValueError, match="no JSON object"):
+        find_json_object("[1, 2] and prose")

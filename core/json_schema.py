@@ -1,5 +1,5 @@
-"""JSON schemas (the subset extraction needs) as pydantic models, and JSON found in a model's answer."""
-import json
+"""JSON schemas (the subset `extract` supports) as pydantic models; torch-free, so that the API refuses an
+unsupported schema at submit time with the same code that validates the worker's answers."""
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -65,18 +65,3 @@ def model_from_schema(schema: dict, path: str = "$") -> type[BaseModel]:
         **{f"field_{index}": spec for index, spec in enumerate(fields.values())},
     )
 
-
-def find_json_object(text: str) -> dict:
-    """The first JSON object in `text` (code fences and surrounding prose are skipped); ValueError if none."""
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            return value
-        start = text.find("{", start + 1)
-    raise ValueError("the answer contains no JSON object")

@@ -1,8 +1,8 @@
-"""JSON schemas as pydantic models, and JSON objects found in answers."""
+"""JSON schemas as pydantic models: what they accept and refuse, and schemas they cannot express."""
 import pytest
 from pydantic import ValidationError
 
-from worker.llm.json_schema import find_json_object, model_from_schema
+from core.json_schema import model_from_schema
 
 SCHEMA = {
     "type": "object",
@@ -57,20 +57,3 @@ def test_unsupported_schemas_name_the_place(schema, message):
     with pytest.raises(ValueError, match=message):
         model_from_schema(schema)
 
-
-@pytest.mark.parametrize(
-    ("answer", "expected"),
-    [
-        ('{"a": 1}', {"a": 1}),
-        ('Here it is:\n```json\n{"a": {"b": [1, 2]}}\n```', {"a": {"b": [1, 2]}}),
-        ('{broken {"a": 2} trailing }', {"a": 2}),
-    ],
-    ids=["bare", "fenced", "after-broken"],
-)
-def test_find_json_object(answer, expected):
-    assert find_json_object(answer) == expected
-
-
-def test_find_json_object_without_object():
-    with pytest.raises(ValueError, match="no JSON object"):
-        find_json_object("[1, 2] and prose")
