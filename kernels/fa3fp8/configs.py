@@ -1,5 +1,5 @@
 """Autotune configs of the attention kernel: a few per (head dim, BF16/FP8), chosen by the H200 sweep
-(`benchmarks/attention.py sweep`, numbers in kernels/NOTES.md); `keep` prunes the list to one key's configs.
+(`benchmarks/attention.py sweep`, numbers in kernels/NOTES.md); `prune` keeps one launch key's configs.
 
 Every config listed was run on the H200 and its output checked against the fp64 reference.
 """
@@ -40,15 +40,6 @@ CONFIGS = list({_signature(c): c for tuned in TUNED.values() for c in tuned}.val
 def fp8_blocks(d: int) -> tuple[int, int]:
     """(block_m, block_n): the FP8 tile, which is also the quantization block of Q and of K/V."""
     return INTERPRET_BLOCKS if env.interpreting() else FP8_BLOCKS[d]
-
-
-def keep(config: triton.Config, d: int, fp8: bool) -> bool:
-    """Whether `config` is one of the tuned configs of (head dim `d`, BF16/FP8); FP8 tiles must also be the
-    quantization blocks."""
-    tile = (config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
-    if fp8 and not env.interpreting() and tile != FP8_BLOCKS[d]:
-        return False
-    return _signature(config) in {_signature(c) for c in TUNED[(d, fp8)]}
 
 
 def prune(configs, named_args, **kwargs):
