@@ -30,16 +30,13 @@ def summarize(runtime: LLMRuntime, text: str, *, prompt: str | None, max_new_tok
     document_ids = encode_text(runtime.tokenizer, text)
     if not document_ids:
         raise DocumentError("document has no tokens")
-    usage = Usage()
-    if len(document_ids) <= room:
-        summary = _summarize_ids(runtime, template, document_ids, max_new_tokens, usage)
-        return {"summary": summary, "method": "abstractive", "parts": 1, "usage": usage.as_dict(runtime.attention_impl)}
-    if not map_reduce:
+    if len(document_ids) > room and not map_reduce:
         raise DocumentError(
             f"document is {len(document_ids)} tokens; the model's context of {runtime.max_context} tokens leaves "
             f"room for {room} with this prompt and max_new_tokens={max_new_tokens} (set map_reduce to summarize "
             f"it in parts)"
         )
+    usage = Usage()
     parts = 0
     while len(document_ids) > room:
         pieces = [document_ids[start : start + room] for start in range(0, len(document_ids), room)]
