@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -95,6 +97,28 @@ def get_task(name: str) -> Task:
         if name not in _INSTANCES:
             _INSTANCES[name] = _REGISTRY[name]()
         return _INSTANCES[name]
+
+
+def naming(error: DocumentError, document_id: str) -> DocumentError:
+    """`error` with the document's id in front of its message and as its doc_id (as errors.jsonl shows it)."""
+    return DocumentError(f"{document_id}: {error}", document_id)
+
+
+def naming_documents(documents: list[Document], results: list[dict | DocumentError]) -> list[dict | DocumentError]:
+    """`results` (one per document, in order) with each DocumentError naming its document."""
+    return [
+        naming(result, document.id) if isinstance(result, DocumentError) else result
+        for document, result in zip(documents, results)
+    ]
+
+
+@contextmanager
+def about_document(document_id: str) -> Iterator[None]:
+    """Re-raise a DocumentError from the block as one that names `document_id`."""
+    try:
+        yield
+    except DocumentError as error:
+        raise naming(error, document_id) from None
 
 
 def _with_doc_id(error: DocumentError, document: Document) -> DocumentError:

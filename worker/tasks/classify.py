@@ -3,11 +3,10 @@ import math
 
 from core.settings import get_settings
 from core.task_specs import ClassifyOptions
-from worker.llm.document_errors import about_document
 from worker.llm.prompts import DocumentPrompt, document_room, encode_document, encode_text
 from worker.llm.runtime import LLMRuntime, get_runtime
 from worker.llm.session import Session
-from worker.tasks.base import Document, Task, register_task
+from worker.tasks.base import Document, Task, about_document, register_task
 
 
 def classify_text(runtime: LLMRuntime, text: str, labels: list[str], prompt: str | None) -> dict:

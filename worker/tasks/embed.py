@@ -7,7 +7,9 @@ from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import EmbedOptions
 from worker.encoder import get_encoder
-from worker.tasks.base import BatchTask, Document, register_task
+from worker.llm.embedding import embed_texts
+from worker.llm.runtime import get_runtime
+from worker.tasks.base import BatchTask, Document, naming_documents, register_task
 
 
 @register_task
@@ -49,13 +51,7 @@ class EmbedTask(BatchTask):
 
 
 def _embed_with_llm(documents: list[Document], options: EmbedOptions) -> list[dict | DocumentError]:
-    from worker.llm.document_errors import naming
-    from worker.llm.embedding import embed_texts
-    from worker.llm.runtime import get_runtime
-
     runtime = get_runtime(get_settings(), "embedding with model='llm'")
-    results = embed_texts(runtime, [document.text for document in documents], options.chunk_tokens)
-    return [
-        naming(result, document.id) if isinstance(result, DocumentError) else result
-        for document, result in zip(documents, results)
-    ]
+    return naming_documents(
+        documents, embed_texts(runtime, [document.text for document in documents], options.chunk_tokens)
+    )

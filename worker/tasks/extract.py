@@ -7,11 +7,10 @@ from core.documents import DocumentError
 from core.json_schema import model_from_schema
 from core.settings import get_settings
 from core.task_specs import ExtractOptions
-from worker.llm.document_errors import about_document
 from worker.llm.prompts import DocumentPrompt, document_room, encode_document
 from worker.llm.runtime import LLMRuntime, get_runtime
 from worker.llm.session import Session
-from worker.tasks.base import Document, Task, register_task
+from worker.tasks.base import Document, Task, about_document, register_task
 
 RETRY_MESSAGE = "That answer is not valid: {error}. Reply with only one JSON object that matches the schema.\nJSON:"
 

@@ -8,18 +8,16 @@ import math
 from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import ScoreOptions
-from worker.llm.document_errors import naming
 from worker.llm.packing import packed_outputs
 from worker.llm.prompts import encode_text
 from worker.llm.runtime import LLMRuntime, get_runtime
 from worker.llm.session import Session, Usage, logits_chunk_tokens
-from worker.tasks.base import BatchTask, Document, register_task
+from worker.tasks.base import BatchTask, Document, naming_documents, register_task
 
 
 def score_summary(logprobs: list[float], tokens: int, chunk_tokens: int) -> dict:
-    """Totals and per-chunk values from per-token log-probs (`logprobs[i]` scores token i + 1 of `tokens`)."""
-    if not logprobs:
-        raise DocumentError("document needs at least 2 tokens to be scored")
+    """Totals and per-chunk values from per-token log-probs (`logprobs[i]` scores token i + 1 of `tokens`; at
+    least one, as `document_tokens` ensures)."""
     chunks = []
     for start in range(0, len(logprobs), chunk_tokens):
         piece = logprobs[start : start + chunk_tokens]
@@ -84,8 +82,6 @@ class ScoreTask(BatchTask):
     def process_batch(self, documents: list[Document], options: ScoreOptions) -> list[dict | DocumentError]:
         """Score documents, packing the short ones into shared forward passes."""
         runtime = get_runtime(get_settings(), "scoring")
-        results = score_documents(runtime, [document.text for document in documents], options.chunk_tokens)
-        return [
-            naming(result, document.id) if isinstance(result, DocumentError) else result
-            for document, result in zip(documents, results)
-        ]
+        return naming_documents(
+            documents, score_documents(runtime, [document.text for document in documents], options.chunk_tokens)
+        )

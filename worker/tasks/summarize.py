@@ -13,8 +13,10 @@ from core.documents import DocumentError
 from core.settings import get_settings
 from core.task_specs import SummarizeOptions
 from worker.encoder import get_encoder
+from worker.llm.runtime import get_runtime
+from worker.llm.summarization import summarize
 from worker.sentences import Sentence, split_sentences
-from worker.tasks.base import BatchTask, Document, register_task
+from worker.tasks.base import BatchTask, Document, naming, register_task
 
 MIN_CANDIDATE_WORDS = 6
 # A sentence this similar to one already picked adds nothing; skip it while others remain.
@@ -38,10 +40,6 @@ class SummarizeTask(BatchTask):
         return self._extractive(documents, options)
 
     def _abstractive(self, documents: list[Document], options: SummarizeOptions) -> list[dict | DocumentError]:
-        from worker.llm.document_errors import naming
-        from worker.llm.runtime import get_runtime
-        from worker.llm.summarization import summarize
-
         runtime = get_runtime(get_settings(), "abstractive summarization")
         results: list[dict | DocumentError] = []
         for document in documents:
