@@ -7,7 +7,7 @@ used (short documents are packed instead): the mask hook is transformers' flash-
 no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
 attended.
 """
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,7 @@ FA3_IMPLEMENTATIONS = ("fa3_bf16", "fa3_fp8")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
 
 DecodeAttention = Literal["kernel", "sdpa", "matmul"]
-DECODE_ATTENTION = ("kernel", "sdpa", "matmul")
+DECODE_ATTENTION = get_args(DecodeAttention)
 _decode_attention: DecodeAttention = "sdpa"
 
 

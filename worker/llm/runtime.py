@@ -37,6 +37,11 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def _check_attention_impl(attention_impl: str) -> None:
+    if attention_impl not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
+
+
 def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     ids = set()
     for source in (model.generation_config.eos_token_id if model.generation_config else None,
@@ -66,8 +71,7 @@ def load_runtime(
 
     `max_context` defaults to the model's `max_position_embeddings`.
     """
-    if attention_impl not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
+    _check_attention_impl(attention_impl)
     register_fa3_attention()
     device = torch.device(device) if device is not None else default_device()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
@@ -95,8 +99,7 @@ def runtime_for(
     pack_token_budget: int = 16384,
 ) -> LLMRuntime:
     """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`)."""
-    if attention_impl not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
+    _check_attention_impl(attention_impl)
     if prefill_chunk_tokens < 1 or pack_token_budget < 1:
         raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
     register_fa3_attention()
