@@ -38,6 +38,17 @@ def max_err(x, ref):
     return (x.double() - ref.double()).abs().max().item()
 
 
+def packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed):
+    """Random fp16 packed q (sum(lens_q), heads, d), k, v (sum(lens_k), kv_heads, d) and their cu_seqlens."""
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lens_q), heads, d, generator=gen).half()
+    k = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    v = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    return q, k, v, cu_q, cu_k
+
+
 def dense_case(shape):
     batch, sq, sk, heads, kv_heads, d, causal = shape
     q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape))
@@ -53,12 +64,7 @@ def dense_case(shape):
 
 
 def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal):
-    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
-    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
-    gen = torch.Generator().manual_seed(7)
-    q = torch.randn(sum(lens_q), heads, d, generator=gen).half()
-    k = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
-    v = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    q, k, v, cu_q, cu_k = packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed=7)
     out, lse = fa3fp8.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float64)
     same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float16)
@@ -85,12 +91,7 @@ def fp8_case(shape):
 
 
 def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
-    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
-    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
-    gen = torch.Generator().manual_seed(9)
-    q = torch.randn(sum(lens_q), heads, d, generator=gen).half()
-    k = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
-    v = torch.randn(sum(lens_k), kv_heads, d, generator=gen).half()
+    q, k, v, cu_q, cu_k = packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed=9)
     qkv = fa3fp8.quantize_qkv(q, k, v, True, cu_q, cu_k, max(lens_q), max(lens_k))
     out = fa3fp8.flash_attn_fp8_func(qkv, causal=True)
     ref8, _ = attention_fp8_reference(qkv, causal=True)
