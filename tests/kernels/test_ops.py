@@ -90,7 +90,6 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True))
 
 
-
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_torch_compile_traces_through_the_ops(fp8):
     """fullgraph: the ops' fake kernels give torch.compile the output shapes (opcheck cannot run FP8 on a CPU)."""
