@@ -8,6 +8,7 @@ the same machine (asyncio + httpx), so client and server share its cores: the fi
 
   .venv/bin/python benchmarks/service.py                      # prints a table, writes benchmarks/results/*.json
   .venv/bin/python benchmarks/service.py --clients 32 --submissions 5000 --api-workers 2 --documents 4000
+  DOCFLASH_REDIS_INPUTS_MAX_BYTES=0 .venv/bin/python benchmarks/service.py   # inline texts through S3, as large ones go
 """
 from __future__ import annotations
 
@@ -336,7 +337,8 @@ def print_table(report: dict) -> None:
     doc, cpus = report["per_document"], report["machine"]["cpus"]
     rows = []
     for source, sub in report["submissions"].items():
-        what = "text inline (stored to S3 at submit)" if source == "inline" else "document by s3:// URI"
+        kept = "kept in Redis" if report["config"]["inline_texts_in"] == "Redis" else "stored to S3"
+        what = f"text inline ({kept} at submit)" if source == "inline" else "document by s3:// URI"
         rows += [
             (f"submissions/s, {source}", f"{sub['submissions_per_s']:.0f}", ">= 500",
              f"{sub['submissions']} one-document jobs, {what}; {sub['clients']} clients, "
@@ -378,7 +380,11 @@ def main() -> None:
     for name in ("clients", "submissions", "api_workers", "documents"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    report = {"config": {k: v for k, v in vars(args).items() if k not in ("s3_secret_key", "out")},
+    config = {k: v for k, v in vars(args).items() if k not in ("s3_secret_key", "out")}
+    # The services get this process's environment: DOCFLASH_REDIS_INPUTS_MAX_BYTES=0 measures the S3 path.
+    inline_bytes = len(SAMPLE_TEXT.encode())
+    config["inline_texts_in"] = "Redis" if Settings(_env_file=None).redis_inputs_max_bytes >= inline_bytes else "S3"
+    report = {"config": config,
               "machine": machine(), "measured_at": datetime.now(UTC).isoformat(), **run(args)}
     print_table(report)
     out = args.out or RESULTS_DIR / f"service-{socket.gethostname()}-{datetime.now(UTC):%Y-%m-%d}.json"

@@ -5,6 +5,8 @@ import uuid
 import httpx
 import pytest
 
+from core.service import job_state_from_settings
+
 pytestmark = pytest.mark.anyio
 
 TEXTS = [
@@ -25,7 +27,7 @@ def assert_error(response: httpx.Response, status: int, code: str, field: str | 
     assert says in error["message"]
 
 
-async def test_submit_answers_202_and_stores_inputs_under_the_tenant(client, auth, s3, api_settings):
+async def test_submit_answers_202_and_keeps_small_inline_texts_with_the_job(client, auth, s3, api_settings):
     response = await client.post("/v1/jobs", json=job_body(metadata={"batch": "b1"}), headers=auth["acme"])
 
     assert response.status_code == 202, response.text
@@ -35,9 +37,9 @@ async def test_submit_answers_202_and_stores_inputs_under_the_tenant(client, aut
     assert job["counts"] == {"total": 2, "succeeded": 0, "failed": 0, "running": 0, "queued": 2, "cancelled": 0}
     assert job["output_uri"] == f"{api_settings.output_uri}/acme/{job['id']}"
     assert job["metadata"] == {"batch": "b1"}
-    listed = s3.list_objects_v2(Bucket="docflash-test", Prefix=f"jobs/acme/{job['id']}/inputs/")["Contents"]
-    stored = "".join(s3.get_object(Bucket="docflash-test", Key=item["Key"])["Body"].read().decode() for item in listed)
-    assert all(text in stored for text in TEXTS)
+    kept = job_state_from_settings(api_settings).texts(job["id"], ["d0", "d1"])
+    assert kept == {f"d{i}": text.encode() for i, text in enumerate(TEXTS)}
+    assert s3.list_objects_v2(Bucket="docflash-test", Prefix=f"jobs/acme/{job['id']}/")["KeyCount"] == 0
 
 
 async def test_get_returns_the_submitted_job(client, auth):
