@@ -2,7 +2,15 @@
 import pytest
 from pydantic import ValidationError
 
-from core.json_schema import model_from_schema
+from core.json_schema import MAX_DEPTH, model_from_schema
+
+def nested_objects(levels: int) -> dict:
+    """An object schema whose string leaf is `levels` properties below the root ($.a.a...)."""
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
 
 SCHEMA = {
     "type": "object",
@@ -57,3 +65,32 @@ def test_unsupported_schemas_name_the_place(schema, message):
     with pytest.raises(ValueError, match=message):
         model_from_schema(schema)
 
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "object", "properties": {"a": {"enum": [["x"], ["y"]]}}}, r"\$\.a: 'enum' values must be strings"),
+        ({"type": "object", "properties": {"a": {"enum": {"x": 1}}}}, r"\$\.a: 'enum' must be a non-empty list"),
+        ({"type": "object", "properties": {"a": {"type": {"name": "string"}}}}, r"\$\.a: unsupported or missing 'type'"),
+        ({"type": "object", "properties": {"a": {"type": [["string"]]}}}, r"\$\.a: a 'type' list must hold type names"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [["a"]]}, "'required' a list of names"),
+        (nested_objects(MAX_DEPTH + 1), rf"\$(\.a){{{MAX_DEPTH + 1}}}: nested more than {MAX_DEPTH} levels deep"),
+        (nested_objects(3000), f"nested more than {MAX_DEPTH} levels deep"),
+    ],
+    ids=["enum-of-lists", "enum-not-a-list", "type-object", "type-list-of-lists", "required-not-names", "too-deep",
+         "far-too-deep"],
+)
+def test_malformed_schemas_are_value_errors(schema, message):
+    """Schemas come from API callers: a malformed one is a ValueError naming the place, never a TypeError or a
+    RecursionError."""
+    with pytest.raises(ValueError, match=message):
+        model_from_schema(schema)
+
+
+def test_nesting_up_to_the_limit_is_accepted():
+    model = model_from_schema(nested_objects(MAX_DEPTH))
+    data = "deep"
+    for _ in range(MAX_DEPTH):
+        data = {"a": data}
+    assert model.model_validate(data).model_dump(by_alias=True) == data
