@@ -1,6 +1,7 @@
 """Random-weight Llama-architecture checkpoints, for tests and benchmarks that need the real loading code."""
 from pathlib import Path
 
+import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 LLAMA_31_8B_SHAPE = {
@@ -39,8 +40,6 @@ def save_random_llama(out_dir: str | Path, tokenizer_dir: str | Path, seed: int 
     The vocabulary and special token ids come from the tokenizer; the end-of-sequence id is its EOS token,
     or its separator token for encoder tokenizers that have no EOS.
     """
-    import torch
-
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
     config = llama_config(
