@@ -2,9 +2,11 @@
 `api/` never import the worker code)."""
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery import Celery
+from celery.events.dispatcher import EventDispatcher
 
 from core.queues import FINALIZE_JOB, PRIORITY_SEPARATOR, PRIORITY_STEPS, PROCESS_DOCUMENTS
 from core.settings import Settings
@@ -49,11 +51,21 @@ class TaskSender:
         self._queue = settings.gpu_queue
         self.app = Celery("docflash-client")
         self.app.conf.update(celery_config(settings))
+        self._local = threading.local()
+
+    def _events(self) -> EventDispatcher:
+        """This thread's dispatcher of task-sent events. Celery's shared one holds a lock across each event's
+        round trip to Redis, which made the API's request threads queue behind one another."""
+        dispatcher = getattr(self._local, "events", None)
+        if dispatcher is None:
+            dispatcher = self._local.events = self.app.events.Dispatcher(enabled=False)
+        return dispatcher
 
     def process_documents(self, job_id: str, doc_ids: list[str], priority: int = 0) -> None:
         """Queue one GPU pass over `doc_ids` of job `job_id`."""
-        self.app.send_task(PROCESS_DOCUMENTS, args=[job_id, doc_ids], queue=self._queue, priority=priority)
+        self.app.send_task(PROCESS_DOCUMENTS, args=[job_id, doc_ids], queue=self._queue, priority=priority,
+                           event_dispatcher=self._events())
 
     def finalize_job(self, job_id: str) -> None:
         """Queue the assembly of a job's results files and manifest."""
-        self.app.send_task(FINALIZE_JOB, args=[job_id], queue=self._queue)
+        self.app.send_task(FINALIZE_JOB, args=[job_id], queue=self._queue, event_dispatcher=self._events())
