@@ -167,6 +167,9 @@ def documents(count: int, size: int = 100, first: int = 0) -> list[dict]:
                      "invalid_request", "options.colour", "", id="unknown-option"),
         pytest.param({"task": "stats", "documents": documents(1), "bogus": 1}, 422, "invalid_request", "bogus",
                      "", id="unknown-field"),
+        pytest.param({"task": "extract", "options": {"schema": {"type": "object", "properties": {
+                         "name": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}, "documents": documents(1)},
+                     422, "invalid_request", "options.schema", "anyOf", id="extract-schema-unsupported"),
         pytest.param({"task": "stats"}, 422, "invalid_request", None, "documents", id="no-documents"),
         pytest.param({"task": "stats", "documents": []}, 422, "invalid_request", "documents", "",
                      id="empty-documents"),
