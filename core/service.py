@@ -66,6 +66,7 @@ class JobService:
             first = exc.errors()[0]
             where = ".".join(["options", *(str(part) for part in first["loc"])])
             raise InvalidJobError(where, first["msg"]) from None
+        self._check_model(request.model)
         self._check_sources(request, tenant)
         if request.idempotency_key:
             existing = self.state.idempotent_job_id(tenant, request.idempotency_key)
@@ -112,6 +113,13 @@ class JobService:
             raise
         log.info("job submitted", documents=len(refs))
         return job
+
+    def _check_model(self, model: str | None) -> None:
+        """Refuse a job that asks for an LLM other than the one the workers run (one model per GPU worker)."""
+        if model is None or model == self.settings.llm_model:
+            return
+        served = repr(self.settings.llm_model) if self.settings.llm_model else "no LLM (DOCFLASH_LLM_MODEL is unset)"
+        raise InvalidJobError("model", f"this service runs {served}, not {model!r}: leave model out or ask for that one")
 
     def _check_sources(self, request: JobRequest, tenant: str) -> None:
         """Refuse inputs that would read the job files of other tenants (the service's output area)."""

@@ -95,8 +95,9 @@ def test_tenants_see_only_their_own_jobs(service: JobService) -> None:
         ({"task": "classify", "options": {"labels": ["only"]}, "documents": [{"text": "x"}]}, "options.labels"),
         ({"task": "stats", "options": {"colour": 1}, "documents": [{"text": "x"}]}, "options.colour"),
         ({"task": "stats", "input_uri": "s3://docflash-test/nothing-here/"}, "input_uri"),
+        ({"task": "stats", "model": "another/model", "documents": [{"text": "x"}]}, "model"),
     ],
-    ids=["unknown-task", "bad-option-value", "too-few-labels", "unknown-option", "empty-prefix"],
+    ids=["unknown-task", "bad-option-value", "too-few-labels", "unknown-option", "empty-prefix", "model-not-served"],
 )
 def test_bad_submissions_raise_invalid_job_error_naming_the_field(
     service: JobService, request_body: dict, field: str
@@ -105,6 +106,15 @@ def test_bad_submissions_raise_invalid_job_error_naming_the_field(
         service.submit(JobRequest.model_validate(request_body), "acme")
     assert caught.value.field == field
     assert queued_messages(service) == []
+
+
+def test_a_job_may_name_the_model_the_workers_run(service: JobService) -> None:
+    service.settings = service.settings.model_copy(update={"llm_model": "org/served-model"})
+    job = service.submit(JobRequest(task="noop", model="org/served-model", documents=[{"text": "x"}]), "acme")
+    assert job.model == "org/served-model"
+    with pytest.raises(InvalidJobError, match="runs 'org/served-model', not 'org/other'") as caught:
+        service.submit(JobRequest(task="noop", model="org/other", documents=[{"text": "x"}]), "acme")
+    assert caught.value.field == "model"
 
 
 @pytest.mark.parametrize(
