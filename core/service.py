@@ -116,9 +116,10 @@ class JobService:
 
     def _check_model(self, model: str | None) -> None:
         """Refuse a job that asks for an LLM other than the one the workers run (one model per GPU worker)."""
-        if model is None or model == self.settings.llm_model:
+        name = self.settings.served_model or self.settings.llm_model
+        if model is None or model == name:
             return
-        served = repr(self.settings.llm_model) if self.settings.llm_model else "no LLM (DOCFLASH_LLM_MODEL is unset)"
+        served = repr(name) if name else "no named LLM (DOCFLASH_SERVED_MODEL and DOCFLASH_LLM_MODEL are unset)"
         raise InvalidJobError("model", f"this service runs {served}, not {model!r}: leave model out or ask for that one")
 
     def _check_sources(self, request: JobRequest, tenant: str) -> None:

@@ -76,6 +76,7 @@ class Settings(BaseSettings):
 
     embed_model_path: str = Field(default_factory=_default_embed_model_path)
     llm_model: str | None = None
+    served_model: str | None = Field(None, description="the name a job may give as model; default: llm_model")
     attention_impl: Literal["sdpa", "fa3_bf16", "fa3_fp8"] = "sdpa"
     prefill_chunk_tokens: int = Field(8192, gt=0)
     pack_token_budget: int = Field(8192, gt=0)

@@ -117,6 +117,13 @@ def test_a_job_may_name_the_model_the_workers_run(service: JobService) -> None:
     assert caught.value.field == "model"
 
 
+def test_the_served_model_name_stands_for_a_model_path(service: JobService) -> None:
+    service.settings = service.settings.model_copy(update={"llm_model": "/models/model", "served_model": "org/m"})
+    assert service.submit(JobRequest(task="noop", model="org/m", documents=[{"text": "x"}]), "acme").model == "org/m"
+    with pytest.raises(InvalidJobError, match="runs 'org/m'"):
+        service.submit(JobRequest(task="noop", model="/models/model", documents=[{"text": "x"}]), "acme")
+
+
 @pytest.mark.parametrize(
     ("source", "field"),
     [

@@ -109,6 +109,21 @@ def test_model_source(render, chart, source):
         assert {"name": "model", "mountPath": "/models"} in init["volumeMounts"]
 
 
+@pytest.mark.parametrize(
+    ("model", "served"),
+    [
+        ({"source": "hub", "hub": {"id": "org/model-1M"}}, "org/model-1M"),
+        ({"source": "s3", "s3": {"uri": "s3://models-bucket/org/model-1M/"}}, None),
+        ({"name": "org/model-1M", "source": "s3", "s3": {"uri": "s3://models-bucket/org/model-1M/"}}, "org/model-1M"),
+    ],
+    ids=["hub-id", "s3-unnamed", "s3-named"],
+)
+def test_every_pod_knows_the_model_name_jobs_may_ask_for(render, chart, model, served):
+    """The API checks a job's model against DOCFLASH_SERVED_MODEL, so it lives in the shared ConfigMap."""
+    data = chart.one(render({"worker": {"model": model}}), "ConfigMap")["data"]
+    assert data.get("DOCFLASH_SERVED_MODEL") == served
+
+
 def test_configmap_keys_are_settings_the_service_reads(default_manifests, production_manifests, chart):
     """Every DOCFLASH_* variable the chart sets names a field of core.settings.Settings."""
     fields = set(Settings.model_fields)
