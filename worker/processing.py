@@ -178,12 +178,13 @@ class JobProcessor:
         if len(known) < len(doc_ids):
             log.warning("unknown documents", doc_ids=sorted(set(doc_ids) - set(known)))
         records: list[dict] = []
+        recovered: list[tuple[str, str, str]] = []
         pending: list[DocRef] = []
         for doc_id, attempt in zip(known, self.state.begin_documents(job_id, known, MAX_ATTEMPTS)):
             ref = refs[doc_id]
-            if attempt in ("retry", "exhausted") and self.storage.exists(doc_uri(job.output_uri, doc_id)):
-                stored = json.loads(self.storage.get(doc_uri(job.output_uri, doc_id)))
-                self.state.finish_documents(job_id, [(doc_id, stored["status"], "")])
+            stored = self._stored_record(job.output_uri, doc_id) if attempt in ("retry", "exhausted") else None
+            if stored is not None:
+                recovered.append((doc_id, stored["status"], ""))
             elif attempt == "exhausted":
                 log.error("giving up on document", doc_id=doc_id, attempts=MAX_ATTEMPTS)
                 error = (f"{ref.name}: gave up after {MAX_ATTEMPTS} attempts; each lost its worker "
@@ -191,6 +192,8 @@ class JobProcessor:
                 records.append(doc_record(doc_id, error=error, elapsed_s=0.0))
             elif attempt in ("first", "retry"):
                 pending.append(ref)
+        if recovered:
+            self.state.finish_documents(job_id, recovered)
         if pending:
             task = get_task(job.task)
             options = validate_options(job.task, job.options)
@@ -199,6 +202,13 @@ class JobProcessor:
         remaining = self._store(job.output_uri, job_id, records) if records else self.state.remaining(job_id)
         if remaining == 0:
             self.finalize(job_id)
+
+    def _stored_record(self, job_uri: str, doc_id: str) -> dict | None:
+        """The record an earlier attempt stored for the document, or None if it stored none."""
+        try:
+            return json.loads(self.storage.get(doc_uri(job_uri, doc_id)))
+        except ObjectNotFound:
+            return None
 
     def fail_documents(self, job_id: str, doc_ids: list[str], reason: str) -> None:
         """Record each of `doc_ids` that has no outcome yet as failed with `reason` (finalizing the job if these
@@ -231,7 +241,7 @@ class JobProcessor:
         """Write results.jsonl, errors.jsonl and manifest.json and set the final status, once every document
         has an outcome; running it again writes the same files. Returns the final status (None if not ready)."""
         job = self.state.get(job_id)
-        if job is None or self.state.remaining(job_id) > 0:
+        if job is None or job.counts.unfinished > 0:
             return None
         finished_at = self.state.stamp_finished(job_id)
         job_fields = {
