@@ -44,6 +44,11 @@ class Counts(BaseModel):
     queued: int = 0
     cancelled: int = 0
 
+    @property
+    def unfinished(self) -> int:
+        """Documents without an outcome yet (running or queued)."""
+        return self.total - self.succeeded - self.failed - self.cancelled
+
 
 def check_s3_uri(value: str, *, object_key: bool) -> str:
     """Validate an `s3://bucket/key` URI (`object_key`: a key is required) and return it."""

@@ -181,6 +181,17 @@ def test_finalize_twice_writes_the_same_files(offline_service: JobService, proce
     assert processor.finalize("no-such-job") is None
 
 
+def test_finalize_waits_for_every_document(offline_service: JobService, processor: JobProcessor) -> None:
+    docs = [{"id": f"d{i}", "text": TEXT} for i in range(3)]
+    job = offline_service.submit(JobRequest(task="noop", documents=docs), "acme")
+    processor.process(job.id, ["d0", "d1"])
+    assert offline_service.get("acme", job.id).counts.unfinished == 1
+    assert processor.finalize(job.id) is None
+    assert not offline_service.storage.exists(f"{job.output_uri}/manifest.json")
+    processor.process(job.id, ["d2"])
+    assert offline_service.get("acme", job.id).status == JobStatus.succeeded
+
+
 class _Options(BaseModel):
     pass
 
