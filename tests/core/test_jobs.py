@@ -55,5 +55,6 @@ def test_bad_requests_name_the_field(body: dict, field: str, message: str) -> No
 
 
 def test_final_statuses() -> None:
-    assert {s for s in JobStatus if s.is_final} == FINAL_STATUSES
+    assert {s.value for s in JobStatus if s.is_final} == {"succeeded", "partially_succeeded", "failed", "cancelled"}
+    assert FINAL_STATUSES == {s for s in JobStatus if s.is_final}
     assert not JobStatus.cancelling.is_final
