@@ -39,6 +39,7 @@ from redis import Redis
 
 from api.auth import hash_api_key
 from core.broker import TaskSender
+from core.jobs import FINAL_STATUSES
 from core.queues import queue_list_names
 from core.settings import Settings
 
@@ -47,7 +48,6 @@ BIN = Path(sys.executable).parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
 BUCKET = "docflash-bench"
 API_KEY = "bench-key-" + uuid.uuid4().hex
-FINAL = ("succeeded", "partially_succeeded", "failed", "cancelled")
 GRPC_PORT_OFFSET = 10000
 SAMPLE_TEXT = "The committee reviewed the quarterly figures and approved the revised budget for the new plant. "
 
@@ -223,7 +223,7 @@ def documents_through_worker(api_url: str, documents: int) -> dict:
         submitted.raise_for_status()
         accepted = time.perf_counter()
         job_id = submitted.json()["id"]
-        while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] not in FINAL:
+        while (job := http.get(f"/v1/jobs/{job_id}").json())["status"] not in FINAL_STATUSES:
             time.sleep(0.02)
         finished = time.perf_counter()
         results = http.get(f"/v1/jobs/{job_id}/results").content.decode().splitlines()

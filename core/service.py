@@ -19,7 +19,7 @@ from core.logging import get_logger
 from core.settings import Settings
 from core.state import JobState, utcnow
 from core.storage import AccessDenied, ObjectNotFound, S3Storage, Storage, join_uri
-from core.task_specs import UnknownTaskError, validate_options
+from core.task_specs import UnknownTaskError, options_error, validate_options
 
 __all__ = ["InvalidJobError", "JobService", "OUTPUT_FILES", "job_state_from_settings"]
 
@@ -63,9 +63,7 @@ class JobService:
         except UnknownTaskError as exc:
             raise InvalidJobError("task", str(exc)) from None
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(["options", *(str(part) for part in first["loc"])])
-            raise InvalidJobError(where, first["msg"]) from None
+            raise InvalidJobError(*options_error(exc)) from None
         self._check_model(request.model)
         self._check_sources(request, tenant)
         if request.idempotency_key:

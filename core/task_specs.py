@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from core.json_schema import model_from_schema
 
@@ -126,3 +126,9 @@ def validate_options(task: str, options: dict[str, Any] | None) -> BaseModel:
     except (KeyError, TypeError):
         raise UnknownTaskError(f"unknown task {task!r}; known tasks: {', '.join(sorted(TASK_OPTIONS))}") from None
     return model.model_validate(options or {})
+
+
+def options_error(exc: ValidationError) -> tuple[str, str]:
+    """The field (`options.<path>`) and message of the first error that `validate_options` raised."""
+    first = exc.errors()[0]
+    return ".".join(["options", *(str(part) for part in first["loc"])]), first["msg"]

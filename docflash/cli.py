@@ -24,7 +24,6 @@ app = typer.Typer(help="docflash: batch processing of long documents on GPUs.", 
 ApiUrl = Annotated[str, typer.Option(envvar="DOCFLASH_API_URL", help="base URL of the docflash API")]
 ApiKey = Annotated[str, typer.Option(envvar="DOCFLASH_API_KEY", help="API key (bearer token)")]
 DEFAULT_API_URL = "http://127.0.0.1:8000"
-FINAL_STATUSES = ("succeeded", "partially_succeeded", "failed", "cancelled")
 
 
 def _settings(configure_logs: bool = True) -> Settings:
@@ -214,6 +213,8 @@ def _read_documents(paths: list[Path], max_bytes: int) -> list[dict[str, str]]:
 
 
 def _wait_final(client: httpx.Client, job_id: str, interval: float = 1.0) -> dict[str, Any]:
+    from core.jobs import FINAL_STATUSES
+
     while True:
         job = _check(client.get(f"/v1/jobs/{job_id}")).json()
         if job["status"] in FINAL_STATUSES:
@@ -301,16 +302,15 @@ def run(
     settings = _settings()
     from pydantic import ValidationError
 
-    from core.task_specs import UnknownTaskError, validate_options
+    from core.task_specs import UnknownTaskError, options_error, validate_options
 
     try:
         validate_options(task, parsed)
     except UnknownTaskError as exc:
         raise typer.BadParameter(str(exc), param_hint="--task") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        raise typer.BadParameter(f"{where}: {first['msg']}", param_hint="--options") from None
+        field, message = options_error(exc)
+        raise typer.BadParameter(f"{field}: {message}", param_hint="--options") from None
     from worker.local import run_local
 
     try:

@@ -13,7 +13,7 @@ from core.inputs import InvalidJobError, pack, refs_from_prefix
 from core.settings import Settings
 from core.state import utcnow
 from core.storage import LocalStorage, file_uri
-from core.task_specs import validate_options
+from core.task_specs import options_error, validate_options
 from worker.outputs import write_doc_records, write_job_outputs
 from worker.processing import DocumentReader, process_refs
 from worker.tasks import get_task
@@ -30,8 +30,8 @@ def run_local(
     try:
         parsed = validate_options(task, options)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ValueError(f"options.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        field, message = options_error(exc)
+        raise ValueError(f"{field}: {message}") from None
     for module in settings.extra_task_modules:
         importlib.import_module(module)
     storage = LocalStorage()

@@ -5,7 +5,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from core.task_specs import TASK_OPTIONS, UnknownTaskError, validate_options
+from core.task_specs import TASK_OPTIONS, UnknownTaskError, options_error, validate_options
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"}}}
 REF_SCHEMA = {"type": "object", "properties": {"when": {"type": "object", "$ref": "#/defs/date"}}}
@@ -103,6 +103,13 @@ def test_bad_options_name_the_field(task, options, field, message):
 def test_unknown_task(task):
     with pytest.raises(UnknownTaskError, match="known tasks: classify, embed, extract, noop, score, stats, summarize"):
         validate_options(task, {})
+
+
+def test_options_error_names_the_option_under_options():
+    with pytest.raises(ValidationError) as caught:
+        validate_options("summarize", {"sentences": 0})
+    field, message = options_error(caught.value)
+    assert field == "options.sentences" and "greater than or equal to 1" in message
 
 
 def test_options_are_immutable():
