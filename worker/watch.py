@@ -68,22 +68,18 @@ class DropWatcher:
 
     def poll(self) -> list[str]:
         """One pass over the drop prefix; returns the ids of the jobs submitted."""
-        objects = list(self.service.storage.list(f"s3://{self.bucket}/{self.prefix}"))
-        specs = {
-            self._relative(info).rpartition("/")[0]: info
-            for info in objects
-            if PurePosixPath(self._relative(info)).name == JOB_SPEC_NAME
-        }
-        candidates = [(info, self._relative(info)) for info in objects]
-        candidates = [(info, rel) for info, rel in candidates if PurePosixPath(rel).name != JOB_SPEC_NAME]
+        objects = self.service.storage.list(f"s3://{self.bucket}/{self.prefix}")
+        listed = [(info, self._relative(info)) for info in objects]
+        specs = {rel.rpartition("/")[0]: info for info, rel in listed if PurePosixPath(rel).name == JOB_SPEC_NAME}
+        candidates = [(info, rel) for info, rel in listed if PurePosixPath(rel).name != JOB_SPEC_NAME]
+        claims = [self._claim_key(info) for info, _ in candidates]
         pipe = self.redis.pipeline(transaction=False)
-        for info, _ in candidates:
-            pipe.set(self._claim_key(info), "claimed", nx=True, ex=self._claim_ttl_s)
+        for claim in claims:
+            pipe.set(claim, "claimed", nx=True, ex=self._claim_ttl_s)
         submitted = []
-        for (info, relative), claimed in zip(candidates, pipe.execute()):
+        for (info, relative), claim, claimed in zip(candidates, claims, pipe.execute()):
             if not claimed:
                 continue
-            claim = self._claim_key(info)
             try:
                 job_id = self._submit(info, relative, specs.get(relative.rpartition("/")[0]))
             except (RefusedObject, InvalidJobError, ValidationError) as exc:
