@@ -327,9 +327,9 @@ class JobState:
         other keys expire after the retention period."""
         if not status.is_final:
             raise ValueError(f"status must be final, got {status}")
-        self.stamp_finished(job_id)
         keys = self._keys(job_id)
         pipe = self.redis.pipeline(transaction=True)
+        pipe.hsetnx(keys.base, "finished_at", utcnow().isoformat())
         pipe.hset(keys.base, "status", status.value)
         if error:
             pipe.hset(keys.base, "error", error)

@@ -106,6 +106,14 @@ def test_set_final_stamps_finished_at_once(state: JobState) -> None:
         state.set_final(job_id, JobStatus.running)
 
 
+def test_set_final_stamps_finished_at_if_nothing_did(state: JobState) -> None:
+    job_id = make_job(state, 1)
+    before = utcnow()
+    state.set_final(job_id, JobStatus.failed, error="could not queue")
+    job = state.get(job_id)
+    assert job.status == JobStatus.failed and before <= job.finished_at <= utcnow()
+
+
 def test_inline_texts_live_with_the_job_until_it_is_final(state: JobState) -> None:
     texts = {"d0": "première ligne".encode(), "d1": b"second line"}
     job_id = make_job(state, 2, key="with-texts", texts=texts)
