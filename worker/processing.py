@@ -39,6 +39,7 @@ class DocumentReader:
         """The documents `refs` point to, in order; a DocumentError naming the document for each that cannot be
         read. `texts` holds the inline texts (by doc id) of the refs of kind "redis"."""
         held = texts or {}
+        # Parse shared objects here, once, before the threads start; an unreadable one errs per document below.
         for ref in refs:
             if ref.kind in ("jsonl", "inline") and not ref.error:
                 try:
