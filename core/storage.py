@@ -90,6 +90,10 @@ class Storage(ABC):
     def presigned_url(self, uri: str, expires_s: int) -> str | None:
         """A time-limited URL to download `uri`, or None where the backend has none."""
 
+    @abstractmethod
+    def check_bucket(self, uri: str) -> None:
+        """Raise ObjectNotFound or AccessDenied if objects under `uri` cannot be stored (S3: its bucket)."""
+
 
 def _client_error(exc: ClientError, uri: str) -> Exception:
     """The storage error for an S3 client error about `uri`: ObjectNotFound, AccessDenied, or `exc` itself."""
@@ -179,7 +183,6 @@ class S3Storage(Storage):
         )
 
     def check_bucket(self, uri: str) -> None:
-        """Raise (ObjectNotFound, AccessDenied, or the client's error) if the bucket of `uri` cannot be reached."""
         bucket, _ = split_s3_uri(uri)
         try:
             self._client.head_bucket(Bucket=bucket)
@@ -247,3 +250,11 @@ class LocalStorage(Storage):
 
     def presigned_url(self, uri: str, expires_s: int) -> str | None:
         return None
+
+    def check_bucket(self, uri: str) -> None:
+        path = self._path(uri)
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise ObjectNotFound(f"{uri}: {existing} is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise AccessDenied(f"access denied to {uri}: {existing} is not writable")

@@ -49,6 +49,19 @@ def test_missing_objects_raise_object_not_found(backend: tuple[Storage, str]) ->
     assert list(storage.list(join_uri(base, "empty"))) == []
 
 
+def test_check_bucket_passes_where_objects_can_be_stored(backend: tuple[Storage, str]) -> None:
+    storage, base = backend
+    storage.check_bucket(join_uri(base, "new", "folder"))
+
+
+def test_check_bucket_refuses_a_missing_bucket_or_a_file_in_the_way(service_settings, tmp_path) -> None:
+    with pytest.raises(ObjectNotFound):
+        S3Storage(service_settings).check_bucket(f"s3://no-such-bucket-{uuid.uuid4().hex[:12]}/jobs")
+    (tmp_path / "plain-file").write_text("x")
+    with pytest.raises(ObjectNotFound, match="not a directory"):
+        LocalStorage().check_bucket(file_uri(tmp_path / "plain-file" / "jobs"))
+
+
 def test_presigned_urls_download_from_s3(service_settings, test_bucket: str) -> None:
     storage = S3Storage(service_settings)
     uri = f"s3://{test_bucket}/storage-test/{uuid.uuid4().hex}/results.jsonl"
