@@ -105,22 +105,6 @@ def parse_jsonl(data: bytes, max_bytes: int) -> list[tuple[str, str] | DocumentE
     return results
 
 
-def load_documents(name: str, data: bytes, max_bytes: int) -> list[tuple[str, str] | DocumentError]:
-    """Read one uploaded file as documents: a .jsonl file holds many, any other supported file one.
-
-    A single document's id is the file name without its suffix; see `extract_text` and `parse_jsonl`.
-    """
-    if PurePosixPath(name).suffix.lower() == JSONL_SUFFIX:
-        return parse_jsonl(data, max_bytes)
-    doc_id = PurePosixPath(name).stem
-    try:
-        _check_doc_id(doc_id)
-        return [(doc_id, extract_text(name, data, max_bytes))]
-    except DocumentError as exc:
-        exc.doc_id = doc_id
-        return [exc]
-
-
 def decode_text(name: str, data: bytes) -> str:
     """Decode text bytes: a BOM or valid UTF-8 first, else the encoding charset-normalizer detects.
 

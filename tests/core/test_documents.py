@@ -11,7 +11,7 @@ from pathlib import Path
 import docx
 import pytest
 
-from core.documents import SUPPORTED_SUFFIXES, DocumentError, extract_text, load_documents, parse_jsonl
+from core.documents import SUPPORTED_SUFFIXES, DocumentError, extract_text, parse_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1_000_000
@@ -200,19 +200,6 @@ def test_jsonl_keeps_good_lines_and_reports_each_bad_one():
     ]
     for prefix in expected:
         assert any(error.startswith(prefix) for error in errors), prefix
-
-
-def test_load_documents_names_a_single_file_after_its_stem():
-    assert load_documents("wal notes.md", PROSE.encode(), LIMIT) == [("wal notes", PROSE)]
-    [error] = load_documents(".hidden.txt", PROSE.encode(), LIMIT)
-    assert isinstance(error, DocumentError) and "bad document id" in str(error)
-    [error] = load_documents("scan.pdf", b"%PDF-broken", LIMIT)
-    assert isinstance(error, DocumentError) and error.doc_id == "scan"
-
-
-def test_load_documents_reads_jsonl_batches():
-    data = b'{"id": "x", "text": "First."}\n{"id": "y", "text": "Second."}\n'
-    assert load_documents("batch.JSONL", data, LIMIT) == [("x", "First."), ("y", "Second.")]
 
 
 def _mutations(data: bytes, seed: int, count: int):
