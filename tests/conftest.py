@@ -15,6 +15,7 @@ import boto3
 import pytest
 from redis import Redis
 
+from core.service import JobService
 from core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,3 +224,13 @@ def celery_worker(service_env: dict[str, str], tmp_path_factory) -> Iterator[str
         yield node
     finally:
         stop_worker(proc)
+
+
+@pytest.fixture
+def offline_service(service_settings) -> JobService:
+    """A JobService on a queue of its own (nothing consumes it) and its own Redis key prefix."""
+    settings = service_settings.model_copy(
+        update={"gpu_queue": f"offline-{uuid.uuid4().hex[:8]}", "redis_prefix": f"offline-{uuid.uuid4().hex[:8]}:",
+                "pack_token_budget": 64}
+    )
+    return JobService.from_settings(settings)

@@ -13,15 +13,6 @@ from core.queues import FINALIZE_JOB, PROCESS_DOCUMENTS, queue_depth, queue_list
 from core.service import InvalidJobError, JobService
 
 
-@pytest.fixture
-def service(service_settings) -> JobService:
-    settings = service_settings.model_copy(
-        update={"gpu_queue": f"svc-test-{uuid.uuid4().hex[:8]}", "redis_prefix": f"svc-{uuid.uuid4().hex[:8]}:",
-                "pack_token_budget": 100}
-    )
-    return JobService.from_settings(settings)
-
-
 def queued_messages(service: JobService) -> list[tuple[str, int, list]]:
     """(task name, priority list index, args) of each waiting message."""
     redis: Redis = service.state.redis
@@ -36,55 +27,57 @@ def queued_messages(service: JobService) -> list[tuple[str, int, list]]:
 @pytest.mark.parametrize(("redis_inputs_max_bytes", "in_redis"), [(1180, True), (1179, False)],
                          ids=["texts-up-to-the-limit-in-redis", "texts-over-the-limit-in-s3"])
 def test_submit_stores_inline_texts_and_queues_packed_groups_of_ids(
-    service: JobService, redis_inputs_max_bytes: int, in_redis: bool
+    offline_service: JobService, redis_inputs_max_bytes: int, in_redis: bool
 ) -> None:
-    service.settings = service.settings.model_copy(update={"redis_inputs_max_bytes": redis_inputs_max_bytes})
+    offline_service.settings = offline_service.settings.model_copy(
+        update={"redis_inputs_max_bytes": redis_inputs_max_bytes}
+    )
     texts = ["short one. " * 10, "short two. " * 10, "a much longer document. " * 40]
     ids = [f"t{i}" for i in range(3)]
-    job = service.submit(
+    job = offline_service.submit(
         JobRequest(task="stats", documents=[{"id": i, "text": t} for i, t in zip(ids, texts)], priority=3), "acme"
     )
     assert job.status == JobStatus.queued and job.counts.total == 3
-    assert job.output_uri == f"{service.settings.output_uri}/acme/{job.id}"
+    assert job.output_uri == f"{offline_service.settings.output_uri}/acme/{job.id}"
     inputs_uri = f"{job.output_uri}/inputs/documents.jsonl"
     if in_redis:
-        assert service.state.texts(job.id, ids) == {i: t.encode() for i, t in zip(ids, texts)}
-        assert not service.storage.exists(inputs_uri)
+        assert offline_service.state.texts(job.id, ids) == {i: t.encode() for i, t in zip(ids, texts)}
+        assert not offline_service.storage.exists(inputs_uri)
     else:
-        stored = service.storage.get(inputs_uri).decode().splitlines()
+        stored = offline_service.storage.get(inputs_uri).decode().splitlines()
         assert [json.loads(line) for line in stored] == [{"id": i, "text": t} for i, t in zip(ids, texts)]
-        assert service.state.texts(job.id, ids) == {}
-    messages = queued_messages(service)
+        assert offline_service.state.texts(job.id, ids) == {}
+    messages = queued_messages(offline_service)
     assert [(task, level) for task, level, _ in messages] == [(PROCESS_DOCUMENTS, 3)] * 2
     assert sorted(args[1] for *_, args in messages) == [["t0", "t1"], ["t2"]]
     assert all(args[0] == job.id for *_, args in messages)
-    assert queue_depth(service.state.redis, service.settings.gpu_queue) == 2
+    assert queue_depth(offline_service.state.redis, offline_service.settings.gpu_queue) == 2
 
 
-def test_input_uri_prefix_submits_every_document(service: JobService, test_bucket: str) -> None:
+def test_input_uri_prefix_submits_every_document(offline_service: JobService, test_bucket: str) -> None:
     base = f"s3://{test_bucket}/svc-in/{uuid.uuid4().hex}"
-    service.storage.put_many({f"{base}/a.txt": b"alpha", f"{base}/b.jsonl": b'{"id": "x", "text": "y"}\n'})
-    job = service.submit(JobRequest(task="noop", input_uri=base + "/"), "acme")
+    offline_service.storage.put_many({f"{base}/a.txt": b"alpha", f"{base}/b.jsonl": b'{"id": "x", "text": "y"}\n'})
+    job = offline_service.submit(JobRequest(task="noop", input_uri=base + "/"), "acme")
     assert job.counts.total == 2
-    assert [ref.id for ref in service.state.all_refs(job.id)] == ["a.txt", "x"]
+    assert [ref.id for ref in offline_service.state.all_refs(job.id)] == ["a.txt", "x"]
 
 
-def test_same_idempotency_key_returns_the_same_job(service: JobService) -> None:
+def test_same_idempotency_key_returns_the_same_job(offline_service: JobService) -> None:
     request = JobRequest(task="noop", documents=[{"text": "x"}], idempotency_key="nightly-2026-11-30")
-    first = service.submit(request, "acme")
-    assert service.submit(request, "acme").id == first.id
-    assert service.submit(request, "beta").id != first.id
-    assert len(queued_messages(service)) == 2
+    first = offline_service.submit(request, "acme")
+    assert offline_service.submit(request, "acme").id == first.id
+    assert offline_service.submit(request, "beta").id != first.id
+    assert len(queued_messages(offline_service)) == 2
 
 
-def test_tenants_see_only_their_own_jobs(service: JobService) -> None:
-    job = service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "acme")
-    assert service.get("acme", job.id).id == job.id
-    assert service.get("beta", job.id) is None
-    assert service.cancel("beta", job.id) is None
-    assert service.open_output("beta", job.id, "results") is None
-    assert [j.id for j in service.list("acme")[0]] == [job.id]
-    assert service.list("beta") == ([], None)
+def test_tenants_see_only_their_own_jobs(offline_service: JobService) -> None:
+    job = offline_service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "acme")
+    assert offline_service.get("acme", job.id).id == job.id
+    assert offline_service.get("beta", job.id) is None
+    assert offline_service.cancel("beta", job.id) is None
+    assert offline_service.open_output("beta", job.id, "results") is None
+    assert [j.id for j in offline_service.list("acme")[0]] == [job.id]
+    assert offline_service.list("beta") == ([], None)
 
 
 @pytest.mark.parametrize(
@@ -100,28 +93,31 @@ def test_tenants_see_only_their_own_jobs(service: JobService) -> None:
     ids=["unknown-task", "bad-option-value", "too-few-labels", "unknown-option", "empty-prefix", "model-not-served"],
 )
 def test_bad_submissions_raise_invalid_job_error_naming_the_field(
-    service: JobService, request_body: dict, field: str
+    offline_service: JobService, request_body: dict, field: str
 ) -> None:
     with pytest.raises(InvalidJobError) as caught:
-        service.submit(JobRequest.model_validate(request_body), "acme")
+        offline_service.submit(JobRequest.model_validate(request_body), "acme")
     assert caught.value.field == field
-    assert queued_messages(service) == []
+    assert queued_messages(offline_service) == []
 
 
-def test_a_job_may_name_the_model_the_workers_run(service: JobService) -> None:
-    service.settings = service.settings.model_copy(update={"llm_model": "org/served-model"})
-    job = service.submit(JobRequest(task="noop", model="org/served-model", documents=[{"text": "x"}]), "acme")
+def test_a_job_may_name_the_model_the_workers_run(offline_service: JobService) -> None:
+    offline_service.settings = offline_service.settings.model_copy(update={"llm_model": "org/served-model"})
+    job = offline_service.submit(JobRequest(task="noop", model="org/served-model", documents=[{"text": "x"}]), "acme")
     assert job.model == "org/served-model"
     with pytest.raises(InvalidJobError, match="runs 'org/served-model', not 'org/other'") as caught:
-        service.submit(JobRequest(task="noop", model="org/other", documents=[{"text": "x"}]), "acme")
+        offline_service.submit(JobRequest(task="noop", model="org/other", documents=[{"text": "x"}]), "acme")
     assert caught.value.field == "model"
 
 
-def test_the_served_model_name_stands_for_a_model_path(service: JobService) -> None:
-    service.settings = service.settings.model_copy(update={"llm_model": "/models/model", "served_model": "org/m"})
-    assert service.submit(JobRequest(task="noop", model="org/m", documents=[{"text": "x"}]), "acme").model == "org/m"
+def test_the_served_model_name_stands_for_a_model_path(offline_service: JobService) -> None:
+    offline_service.settings = offline_service.settings.model_copy(
+        update={"llm_model": "/models/model", "served_model": "org/m"}
+    )
+    job = offline_service.submit(JobRequest(task="noop", model="org/m", documents=[{"text": "x"}]), "acme")
+    assert job.model == "org/m"
     with pytest.raises(InvalidJobError, match="runs 'org/m'"):
-        service.submit(JobRequest(task="noop", model="/models/model", documents=[{"text": "x"}]), "acme")
+        offline_service.submit(JobRequest(task="noop", model="/models/model", documents=[{"text": "x"}]), "acme")
 
 
 @pytest.mark.parametrize(
@@ -133,44 +129,47 @@ def test_the_served_model_name_stands_for_a_model_path(service: JobService) -> N
     ],
     ids=["other-tenant-object", "other-tenant-prefix", "prefix-spanning-all-tenants"],
 )
-def test_inputs_may_not_read_other_tenants_job_files(service: JobService, source: dict, field: str) -> None:
+def test_inputs_may_not_read_other_tenants_job_files(offline_service: JobService, source: dict, field: str) -> None:
     with pytest.raises(InvalidJobError, match="other tenants") as caught:
-        service.submit(JobRequest(task="noop", **source), "acme")
+        offline_service.submit(JobRequest(task="noop", **source), "acme")
     assert caught.value.field == field
 
 
-def test_a_missing_input_bucket_is_refused_naming_input_uri(service: JobService) -> None:
+def test_a_missing_input_bucket_is_refused_naming_input_uri(offline_service: JobService) -> None:
     with pytest.raises(InvalidJobError, match="cannot list") as caught:
-        service.submit(JobRequest(task="noop", input_uri="s3://no-such-bucket-here/in/"), "acme")
+        offline_service.submit(JobRequest(task="noop", input_uri="s3://no-such-bucket-here/in/"), "acme")
     assert caught.value.field == "input_uri"
 
 
-def test_an_unreachable_output_bucket_is_refused_naming_output_uri(service: JobService, test_bucket: str) -> None:
+def test_an_unreachable_output_bucket_is_refused_naming_output_uri(
+    offline_service: JobService, test_bucket: str
+) -> None:
     request = JobRequest(task="noop", documents=[{"text": "x"}], output_uri="s3://no-such-bucket-here/out")
     with pytest.raises(InvalidJobError, match="cannot write") as caught:
-        service.submit(request, "acme")
+        offline_service.submit(request, "acme")
     assert caught.value.field == "output_uri"
-    job = service.submit(JobRequest(task="noop", documents=[{"text": "x"}], output_uri=f"s3://{test_bucket}/custom"),
-                         "acme")
+    job = offline_service.submit(
+        JobRequest(task="noop", documents=[{"text": "x"}], output_uri=f"s3://{test_bucket}/custom"), "acme"
+    )
     assert job.output_uri == f"s3://{test_bucket}/custom/acme/{job.id}"
 
 
-def test_bad_tenant_names_are_refused(service: JobService) -> None:
+def test_bad_tenant_names_are_refused(offline_service: JobService) -> None:
     with pytest.raises(ValueError, match="tenant"):
-        service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "../etc")
+        offline_service.submit(JobRequest(task="noop", documents=[{"text": "x"}]), "../etc")
 
 
-def test_cancel_before_any_worker_cancels_every_document(service: JobService) -> None:
-    job = service.submit(JobRequest(task="noop", documents=[{"text": "a"}, {"text": "b"}]), "acme")
-    cancelled = service.cancel("acme", job.id)
+def test_cancel_before_any_worker_cancels_every_document(offline_service: JobService) -> None:
+    job = offline_service.submit(JobRequest(task="noop", documents=[{"text": "a"}, {"text": "b"}]), "acme")
+    cancelled = offline_service.cancel("acme", job.id)
     assert cancelled.status == JobStatus.cancelling
     assert cancelled.counts.cancelled == 2 and cancelled.counts.queued == 0
-    assert sorted(task for task, *_ in queued_messages(service)) == [FINALIZE_JOB, PROCESS_DOCUMENTS]
+    assert sorted(task for task, *_ in queued_messages(offline_service)) == [FINALIZE_JOB, PROCESS_DOCUMENTS]
 
 
-def test_outputs_are_unavailable_until_the_job_is_final(service: JobService) -> None:
-    job = service.submit(JobRequest(task="noop", documents=[{"text": "a"}]), "acme")
-    assert service.open_output("acme", job.id, "results") is None
-    assert service.presigned_output_url("acme", job.id, "errors") is None
+def test_outputs_are_unavailable_until_the_job_is_final(offline_service: JobService) -> None:
+    job = offline_service.submit(JobRequest(task="noop", documents=[{"text": "a"}]), "acme")
+    assert offline_service.open_output("acme", job.id, "results") is None
+    assert offline_service.presigned_output_url("acme", job.id, "errors") is None
     with pytest.raises(ValueError, match="name"):
-        service.open_output("acme", job.id, "secrets")
+        offline_service.open_output("acme", job.id, "secrets")

@@ -1,9 +1,8 @@
-"""Worker-side fixtures: the test-only `sleep` task in this process, a JobService whose queue no worker
-consumes (tests drive JobProcessor directly), and a tiny random-weight Llama as the LLM of the LLM tasks."""
+"""Worker-side fixtures: the test-only `sleep` task in this process and a tiny random-weight Llama as the LLM of
+the LLM tasks."""
 from __future__ import annotations
 
 import importlib
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,16 +20,6 @@ def test_tasks():
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(SUPPORT_DIR))
         yield importlib.import_module("docflash_test_tasks")
-
-
-@pytest.fixture
-def offline_service(service_settings) -> JobService:
-    """A JobService on a queue of its own (nothing consumes it) and its own Redis key prefix."""
-    settings = service_settings.model_copy(
-        update={"gpu_queue": f"offline-{uuid.uuid4().hex[:8]}", "redis_prefix": f"offline-{uuid.uuid4().hex[:8]}:",
-                "pack_token_budget": 64}
-    )
-    return JobService.from_settings(settings)
 
 
 @pytest.fixture
