@@ -3,6 +3,7 @@
 import os
 
 BACKENDS = ("auto", "triton", "reference")
+KERNELS = ("triton", "ws")
 
 
 def backend() -> str:
@@ -22,3 +23,12 @@ def autotune() -> bool:
 def interpreting() -> bool:
     """True when Triton runs its CPU interpreter (`TRITON_INTERPRET=1`)."""
     return os.environ.get("TRITON_INTERPRET", "0").strip() == "1"
+
+
+def kernel() -> str:
+    """`FA3FP8_KERNEL`: `triton` (default: the Triton kernel, also the one the CPU interpreter runs) or `ws` (the
+    warp-specialized Gluon kernel, Hopper only; correct but not faster yet, see kernels/NOTES.md)."""
+    value = os.environ.get("FA3FP8_KERNEL", "triton").strip().lower()
+    if value not in KERNELS:
+        raise ValueError(f"FA3FP8_KERNEL must be one of {KERNELS}, got {value!r}")
+    return value

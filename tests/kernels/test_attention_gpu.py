@@ -1,4 +1,5 @@
-"""The Triton kernels on a Hopper GPU against the float64 reference (skipped without CUDA).
+"""The attention kernels on a Hopper GPU against the float64 reference (skipped without CUDA): the Triton kernel
+and the warp-specialized Gluon one (FA3FP8_KERNEL=ws) through the same public functions.
 
 Error rule of FlashAttention-3's tests: the kernel's max error against fp64 is at most twice PyTorch's own error
 in the same precision, plus a small atol. Outputs are poisoned with NaN beforehand.
@@ -21,6 +22,13 @@ from fa3fp8.testing import case_id, poison_cuda_cache, random_qkv, rmse
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+
+@pytest.fixture(params=["triton", "ws"])
+def kernel(request, monkeypatch):
+    """Which forward kernel the public functions launch."""
+    monkeypatch.setenv("FA3FP8_KERNEL", request.param)
+    return request.param
+
 SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
     (2, 1000, 1000, 8, 2, 128, True),
     (2, 1000, 1000, 8, 2, 128, False),
@@ -37,7 +45,7 @@ SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[case_id(*s) for s in SHAPES])
-def test_dense_matches_fp64_reference(shape, dtype):
+def test_dense_matches_fp64_reference(shape, dtype, kernel):
     batch, sq, sk, heads, kv_heads, d, causal = shape
     q, k, v = random_qkv(batch, sq, sk, heads, kv_heads, d, dtype, "cuda")
     poison_cuda_cache()
@@ -58,7 +66,7 @@ VARLEN = [([1, 17, 300, 1024, 777], 8, 2, 128), ([2048, 5, 64], 4, 4, 64), ([129
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("lens,heads,kv_heads,d", VARLEN, ids=[f"lens{'_'.join(map(str, v[0]))}-H{v[1]}-KV{v[2]}-D{v[3]}" for v in VARLEN])
-def test_varlen_matches_fp64_reference(lens, heads, kv_heads, d, causal):
+def test_varlen_matches_fp64_reference(lens, heads, kv_heads, d, causal, kernel):
     gen = torch.Generator().manual_seed(len(lens) * d)
     lens_k = [n + int(torch.randint(0, 50, (1,), generator=gen)) for n in lens] if causal else lens
     cu_q = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
@@ -87,7 +95,7 @@ PER_TENSOR_GAIN = 1.3
 
 
 @pytest.mark.parametrize("shape,bound", FP8_SHAPES, ids=[case_id(*s) + "-fp8" for s, _ in FP8_SHAPES])
-def test_fp8_accuracy_on_fa3_distribution(shape, bound):
+def test_fp8_accuracy_on_fa3_distribution(shape, bound, kernel):
     """FA3 Table 3 method: RMSE vs fp64 on N(0,1) + N(0,100)·Bernoulli(0.001) entries, against per-tensor FP8."""
     batch, sq, sk, heads, kv_heads, d, causal = shape
     q, k, v = random_qkv(batch, sq, sk, heads, kv_heads, d, torch.bfloat16, "cuda", outliers=True)
@@ -109,7 +117,7 @@ def test_fp8_accuracy_on_fa3_distribution(shape, bound):
     assert rmse(out.reshape(ref8.shape), ref8) <= 0.5 * rmse(ref8, ref.reshape(ref8.shape))
 
 
-def test_fp8_varlen_and_default_flag():
+def test_fp8_varlen_and_default_flag(kernel):
     lens = [1, 200, 129, 1000]
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     q = torch.randn(sum(lens), 8, 128, device="cuda", dtype=torch.bfloat16)
