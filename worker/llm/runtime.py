@@ -65,7 +65,7 @@ def load_runtime(
     device: torch.device | str | None = None,
     max_context: int | None = None,
     prefill_chunk_tokens: int = 8192,
-    pack_token_budget: int = 16384,
+    pack_token_budget: int = 8192,
 ) -> LLMRuntime:
     """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`.
 
@@ -96,7 +96,7 @@ def runtime_for(
     attention_impl: str,
     max_context: int | None = None,
     prefill_chunk_tokens: int = 8192,
-    pack_token_budget: int = 16384,
+    pack_token_budget: int = 8192,
 ) -> LLMRuntime:
     """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`)."""
     _check_attention_impl(attention_impl)
