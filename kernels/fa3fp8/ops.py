@@ -6,7 +6,12 @@ import torch
 from . import env
 from .configs import fp8_blocks
 from .fp8_layout import QuantizedQKV
-from .reference import attention_fp8_reference, attention_varlen_reference, quantize_qkv_reference
+from .reference import (
+    attention_decode_reference,
+    attention_fp8_reference,
+    attention_varlen_reference,
+    quantize_qkv_reference,
+)
 
 HEAD_DIMS = (64, 128, 256)
 DTYPES = (torch.bfloat16, torch.float16)
@@ -65,6 +70,15 @@ def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seql
     )
     out, lse = attention_fp8_reference(qkv, softmax_scale, causal)
     return out.to(out_dtype), lse.to(torch.float32)
+
+
+def _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale):
+    if _use_triton(q):
+        from .decode import decode_fwd
+
+        return decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale)
+    out, lse = attention_decode_reference(q, k_cache, v_cache, cache_seqlens, softmax_scale)
+    return out.to(q.dtype), lse.to(torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------- custom ops
@@ -127,6 +141,19 @@ def _attn_fp8_op(
 def _attn_fp8_fake(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
                    max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
     return q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((q8.shape[1], q8.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("fa3fp8::attn_decode", mutates_args=())
+def _attn_decode_op(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor | None,
+    softmax_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale)
+
+
+@_attn_decode_op.register_fake
+def _attn_decode_fake(q, k_cache, v_cache, cache_seqlens, softmax_scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:2], dtype=torch.float32)
 
 
 def _op_or_impl(op, impl):
@@ -196,6 +223,41 @@ def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, 
             raise ValueError(f"{name}[-1] = {last} must equal the packed length {total}")
         if longest > bound:
             raise ValueError(f"max_seqlen for {name} is {bound}, but a sequence has {longest} tokens")
+
+
+def _check_decode(q, k_cache, v_cache, cache_seqlens) -> None:
+    for name, t, layout in (("q", q, "(batch, heads, d)"), ("k_cache", k_cache, "(batch, max_seqlen, kv_heads, d)"),
+                            ("v_cache", v_cache, "(batch, max_seqlen, kv_heads, d)")):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != len(layout.split(",")):
+            raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    batch, heads, d = q.shape
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    if k_cache.shape[0] != batch:
+        raise ValueError(f"k_cache batch {k_cache.shape[0]} must equal q batch {batch}")
+    if k_cache.shape[-1] != d:
+        raise ValueError(f"k_cache head dim must equal q's ({d}), got {k_cache.shape[-1]}")
+    kv_heads = k_cache.shape[2]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads (k_cache.shape[2] = {kv_heads}) must divide heads (q.shape[1] = {heads})")
+    if cache_seqlens is None:
+        return
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
+        raise ValueError("cache_seqlens must be an int32 tensor")
+    if cache_seqlens.shape != (batch,):
+        raise ValueError(f"cache_seqlens must have shape (batch,) = ({batch},), got {tuple(cache_seqlens.shape)}")
+    if cache_seqlens.device != q.device:
+        raise ValueError(f"cache_seqlens must be on q's device {q.device}, got {cache_seqlens.device}")
 
 
 def _softmax_scale(softmax_scale, d: int) -> float:
@@ -339,4 +401,29 @@ def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, ret
         batch, seqlen_q = qkv.batch_shape
         out = out.view(batch, seqlen_q, *out.shape[1:])
         lse = lse.view(lse.shape[0], batch, seqlen_q).transpose(0, 1)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, return_lse=False):
+    """Decode attention: one new query token per sequence over its KV cache (split-KV flash-decoding on Hopper
+    through Triton, elsewhere the PyTorch reference).
+
+    Args:
+        q: `(batch, heads, d)`, bfloat16 or float16; d in {64, 128, 256}. The query is the newest position, so
+            every valid cached key is visible (no causal mask).
+        k_cache, v_cache: `(batch, max_seqlen, kv_heads, d)`, q's dtype and device; kv_heads divides heads. Any
+            strides (slices of a preallocated cache are read in place). The split count follows max_seqlen, so
+            pass `cache[:, :longest]` rather than a mostly empty buffer.
+        cache_seqlens: int32 `(batch,)` on q's device, valid keys per sequence (None: max_seqlen for all); values
+            are clamped to [0, max_seqlen]. A sequence with 0 keys gives zeros and lse = -inf.
+        softmax_scale: multiplies QKᵀ; default 1/sqrt(d).
+        return_lse: also return the log-sum-exp of the scaled scores, `(batch, heads)` fp32.
+
+    Returns:
+        The output `(batch, heads, d)` in q's dtype, and the LSE when `return_lse`. No host synchronization on
+        the Triton path (CUDA-graph safe).
+    """
+    _check_decode(q, k_cache, v_cache, cache_seqlens)
+    scale = _softmax_scale(softmax_scale, q.shape[-1])
+    out, lse = _op_or_impl(_attn_decode_op, _attn_decode_impl)(q, k_cache, v_cache, cache_seqlens, scale)
     return (out, lse) if return_lse else out

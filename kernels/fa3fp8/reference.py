@@ -74,6 +74,28 @@ def attention_varlen_reference(
     return out, lse
 
 
+def attention_decode_reference(
+    q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, compute_dtype=torch.float32
+):
+    """Decode attention over a KV cache: q (B, H, D) is each sequence's newest token, k/v_cache (B, S, Hkv, D),
+    cache_seqlens (B,) the number of valid keys per sequence (None: all S; clamped to [0, S]).
+
+    Returns out (B, H, D) and lse (B, H) in compute_dtype; a sequence without keys gives zeros and lse = -inf.
+    """
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    batch, heads, d = q.shape
+    max_seqlen = k_cache.shape[1]
+    lens = [max_seqlen] * batch if cache_seqlens is None else cache_seqlens.tolist()
+    out = q.new_zeros((batch, heads, d), dtype=compute_dtype)
+    lse = q.new_full((batch, heads), -math.inf, dtype=compute_dtype)
+    for b, n in enumerate(lens):
+        n = min(max(n, 0), max_seqlen)
+        if n:
+            o, l = _attend(q[b, None], k_cache[b, :n], v_cache[b, :n], scale, False, compute_dtype)
+            out[b], lse[b] = o[0], l[:, 0]
+    return out, lse
+
+
 def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tensor=False):
     """FP8 quantization with one scale per (head, tile of `block` rows of one sequence), as the Triton kernel does.
 
