@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     prefill_chunk_tokens: int = Field(8192, gt=0)
     pack_token_budget: int = Field(8192, gt=0)
     llm_max_context: int | None = Field(None, gt=0, description="context length; default: the model's")
-    decode_attention: Literal["kernel", "sdpa", "matmul"] = "sdpa"
+    decode_attention: Literal["split", "kernel", "sdpa", "matmul"] = "split"
     max_documents_per_task: int = Field(64, gt=0)
 
     watch_uri: str | None = None

@@ -17,9 +17,9 @@ from transformers.masking_utils import AttentionMaskInterface, flash_attention_m
 FA3_IMPLEMENTATIONS = ("fa3_bf16", "fa3_fp8")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
 
-DecodeAttention = Literal["kernel", "sdpa", "matmul"]
+DecodeAttention = Literal["split", "kernel", "sdpa", "matmul"]
 DECODE_ATTENTION = get_args(DecodeAttention)
-_decode_attention: DecodeAttention = "sdpa"
+_decode_attention: DecodeAttention = "split"
 
 
 def set_decode_attention(choice: DecodeAttention) -> None:
@@ -46,7 +46,18 @@ def _decode_matmul(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     return out.reshape(batch, heads, 1, dim).transpose(1, 2)
 
 
-_DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul}
+def _decode_split(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+    # The split-KV decode kernel reads the cache in its own (batch, seq, kv_heads, d) layout: with the session's
+    # preallocated cache, key.transpose(1, 2) is a view of the cache buffer, so nothing is copied.
+    import fa3fp8
+
+    out = fa3fp8.flash_attn_decode_func(
+        query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling
+    )
+    return out.unsqueeze(1)
+
+
+_DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul, "split": _decode_split}
 
 
 def _fa3_forward(

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
+from worker.llm.kv_cache import new_cache
 from worker.llm.runtime import LLMRuntime
 
 LOGITS_BUDGET_ELEMENTS = 1 << 27
@@ -56,12 +56,15 @@ def synchronize(device: torch.device) -> None:
 
 
 class Session:
-    """One sequence fed to the model piece by piece; the KV cache keeps peak memory bounded by the chunk size."""
+    """One sequence fed to the model piece by piece; the KV cache keeps peak memory bounded by the chunk size.
+
+    The cache holds up to the runtime's `max_context` tokens in the kernels' layout (see `kv_cache`).
+    """
 
     def __init__(self, runtime: LLMRuntime, usage: Usage | None = None):
         self.runtime = runtime
         self.usage = usage if usage is not None else Usage()
-        self.cache = DynamicCache(config=runtime.model.config)
+        self.cache = new_cache(runtime.model.config, runtime.max_context)
         self.length = 0
         self.next_logits: torch.Tensor | None = None
 

@@ -45,18 +45,15 @@ def test_packed_logits_agree_with_sdpa(load_tiny, text_ids, impl):
         assert (got.values - want.values).abs().max() < TOLERANCE[impl][0]
 
 
-@pytest.mark.parametrize("decode", ["kernel", "sdpa", "matmul"])
-def test_decode_paths_agree(load_tiny, text_ids, decode):
+@pytest.mark.parametrize("decode", ["split", "kernel", "sdpa", "matmul"])
+def test_decode_paths_agree(load_tiny, text_ids, decode, monkeypatch):
     expected = Session(load_tiny("sdpa"))
     expected.prefill(text_ids[:100])
     reference = expected.generate(5)
-    set_decode_attention(decode)
-    try:
-        session = Session(load_tiny("fa3_bf16"))
-        session.prefill(text_ids[:100])
-        assert session.generate(5) == reference
-    finally:
-        set_decode_attention("sdpa")
+    monkeypatch.setattr("worker.llm.attention._decode_attention", decode)
+    session = Session(load_tiny("fa3_bf16"))
+    session.prefill(text_ids[:100])
+    assert session.generate(5) == reference
 
 
 def test_decode_attention_choice_is_checked():

@@ -1,4 +1,4 @@
-"""Chunked prefill over the KV cache gives the one-pass logits; log-probs, decoding and rollback."""
+"""Chunked prefill over the KV cache gives the one-pass logits; log-probs, decoding, rollback and the context limit."""
 import pytest
 import torch
 
@@ -65,3 +65,17 @@ def test_context_overflow_is_refused(load_tiny, text_ids):
         session.prefill((text_ids * 4)[: runtime.max_context + 1])
     with pytest.raises(ValueError, match="prefilled stream"):
         session.generate(3)
+
+
+def test_the_cache_fills_to_the_context_length_and_no_further(load_tiny, text_ids):
+    runtime = load_tiny(prefill_chunk_tokens=16, max_context=48)
+    session = Session(runtime)
+    session.prefill(text_ids[:46])
+    mark = session.checkpoint()
+    assert len(session.generate(10)) == 2 and session.length == 48
+    with pytest.raises(ContextOverflowError, match="49 tokens exceed the model's context of 48"):
+        session.prefill(text_ids[46:47])
+    assert session.length == session.cache.get_seq_length() == 48
+    session.rollback(mark)
+    session.prefill(text_ids[46:48])
+    assert session.cache.get_seq_length() == 48 == session.cache.get_max_length()
