@@ -94,27 +94,34 @@ FP8_SHAPES = [  # shape, RMSE bound vs fp64 (FA3's 9.1e-3 at d >= 128; Hadamard 
 PER_TENSOR_GAIN = 1.3
 
 
+FP8_DRAWS = 3  # one draw's RMSE swings by ~20% with where the rare outliers fall: bound the mean of fixed draws
+
+
 @pytest.mark.parametrize("shape,bound", FP8_SHAPES, ids=[case_id(*s) + "-fp8" for s, _ in FP8_SHAPES])
 def test_fp8_accuracy_on_fa3_distribution(shape, bound, kernel):
     """FA3 Table 3 method: RMSE vs fp64 on N(0,1) + N(0,100)·Bernoulli(0.001) entries, against per-tensor FP8."""
     batch, sq, sk, heads, kv_heads, d, causal = shape
-    q, k, v = random_qkv(batch, sq, sk, heads, kv_heads, d, torch.bfloat16, "cuda", outliers=True)
-    poison_cuda_cache()
-    qkv = fa3fp8.quantize_qkv(q, k, v)
-    out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal)
-    ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
-    err = rmse(out, ref)
-    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
-    per_tensor = quantize_qkv_reference(
-        *packed, qkv.cu_seqlens_q, qkv.cu_seqlens_k, qkv.block_m, qkv.block_n, hadamard=False, per_tensor=True
-    )
-    per_tensor_out, _ = attention_fp8_reference(per_tensor, causal=causal)
-    assert torch.isfinite(out).all()
-    assert err <= bound
-    assert rmse(per_tensor_out, ref.reshape(per_tensor_out.shape)) >= PER_TENSOR_GAIN * err
-    # the kernel computes the reference's FP8 math: what is left is P's rounding against a running max
-    ref8, _ = attention_fp8_reference(qkv, causal=causal)
-    assert rmse(out.reshape(ref8.shape), ref8) <= 0.5 * rmse(ref8, ref.reshape(ref8.shape))
+    errors, per_tensor_errors = [], []
+    for seed in range(FP8_DRAWS):
+        q, k, v = random_qkv(batch, sq, sk, heads, kv_heads, d, torch.bfloat16, "cuda", seed=seed, outliers=True)
+        poison_cuda_cache()
+        qkv = fa3fp8.quantize_qkv(q, k, v)
+        out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal)
+        assert torch.isfinite(out).all()
+        ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+        errors.append(rmse(out, ref))
+        packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+        per_tensor = quantize_qkv_reference(
+            *packed, qkv.cu_seqlens_q, qkv.cu_seqlens_k, qkv.block_m, qkv.block_n, hadamard=False, per_tensor=True
+        )
+        per_tensor_out, _ = attention_fp8_reference(per_tensor, causal=causal)
+        per_tensor_errors.append(rmse(per_tensor_out, ref.reshape(per_tensor_out.shape)))
+        # the kernel computes the reference's FP8 math: what is left is P's rounding against a running max
+        ref8, _ = attention_fp8_reference(qkv, causal=causal)
+        assert rmse(out.reshape(ref8.shape), ref8) <= 0.5 * rmse(ref8, ref.reshape(ref8.shape))
+    mean_error = sum(errors) / FP8_DRAWS
+    assert mean_error <= bound, errors
+    assert sum(per_tensor_errors) / FP8_DRAWS >= PER_TENSOR_GAIN * mean_error, (errors, per_tensor_errors)
 
 
 def test_fp8_varlen_and_default_flag(kernel):
