@@ -82,6 +82,7 @@ class Settings(BaseSettings):
     pack_token_budget: int = Field(8192, gt=0)
     llm_max_context: int | None = Field(None, gt=0, description="context length; default: the model's")
     decode_attention: Literal["split", "kernel", "sdpa", "matmul"] = "split"
+    decode_cuda_graph: bool = Field(True, description="replay decode steps from a CUDA graph (fa3 + split decode)")
     max_documents_per_task: int = Field(64, gt=0)
 
     watch_uri: str | None = None

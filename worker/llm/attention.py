@@ -7,6 +7,8 @@ used (short documents are packed instead): the mask hook is transformers' flash-
 no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
 attended.
 """
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal, get_args
 
 import torch
@@ -20,6 +22,11 @@ ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
 DecodeAttention = Literal["split", "kernel", "sdpa", "matmul"]
 DECODE_ATTENTION = get_args(DecodeAttention)
 _decode_attention: DecodeAttention = "split"
+
+
+def decode_attention() -> DecodeAttention:
+    """What serves single-token (decode) queries under the fa3 implementations now."""
+    return _decode_attention
 
 
 def set_decode_attention(choice: DecodeAttention) -> None:
@@ -46,13 +53,30 @@ def _decode_matmul(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     return out.reshape(batch, heads, 1, dim).transpose(1, 2)
 
 
+_static_seqlens: torch.Tensor | None = None
+
+
+@contextmanager
+def static_decode(seqlens: torch.Tensor) -> Iterator[None]:
+    """While active, split decode reads each sequence's valid key count from `seqlens` ((batch,) int32 on the
+    device) instead of the key length: the cache hands attention its whole reserved buffer (static mode), so that
+    a decode step can be captured once as a CUDA graph and replayed at every length."""
+    global _static_seqlens
+    _static_seqlens = seqlens
+    try:
+        yield
+    finally:
+        _static_seqlens = None
+
+
 def _decode_split(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
     # The split-KV decode kernel reads the cache in its own (batch, seq, kv_heads, d) layout: with the session's
     # preallocated cache, key.transpose(1, 2) is a view of the cache buffer, so nothing is copied.
     import fa3fp8
 
     out = fa3fp8.flash_attn_decode_func(
-        query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling
+        query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), cache_seqlens=_static_seqlens,
+        softmax_scale=scaling,
     )
     return out.unsqueeze(1)
 

@@ -9,7 +9,15 @@ Buffers grow by doubling up to the capacity rather than being allocated at full 
 Llama-3.1-8B-shaped model the cache is 17 GB either way, but most documents are short, and a session for a
 short one should not hold the long one's memory. Growing costs a few one-time copies (log2 of length / first
 chunk).
+
+Static mode (`PreallocatedCache.static`) serves decode steps captured as a CUDA graph: the buffers are reserved
+up front, a new token's K/V go to the position held in a device tensor, and attention gets the whole reserved
+buffer (the valid length comes from a device tensor too, `worker.llm.attention.static_decode`), so every step
+runs the same kernels on the same memory.
 """
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from transformers import DynamicCache, PreTrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -39,6 +47,7 @@ class PreallocatedLayer(CacheLayerMixin):
         self.length = 0
         self.key_buffer: torch.Tensor | None = None
         self.value_buffer: torch.Tensor | None = None
+        self.static_position: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Allocate buffers for the states' batch, heads, head dims, dtype and device, with room for them."""
@@ -53,13 +62,28 @@ class PreallocatedLayer(CacheLayerMixin):
         """Tokens the buffers hold room for now."""
         return self.key_buffer.shape[1] if self.key_buffer is not None else 0
 
-    def _grow(self, needed: int) -> None:
-        tokens = min(self.capacity, max(needed, 2 * self.allocated))
+    def _grow(self, tokens: int) -> None:
+        """Reallocate the buffers to hold exactly `tokens` tokens, keeping the cached ones."""
         for name in ("key_buffer", "value_buffer"):
             old = getattr(self, name)
             new = old.new_empty((old.shape[0], tokens, *old.shape[2:]))
             new[:, : self.length] = old[:, : self.length]
             setattr(self, name, new)
+
+    def reserve(self, tokens: int) -> None:
+        """Make room for `tokens` tokens now (at most the capacity), so that no later update reallocates."""
+        if not self.is_initialized:
+            raise ValueError("reserve needs a layer that has seen states (prefill first)")
+        if tokens > self.allocated:
+            self._grow(min(tokens, self.capacity))
+            self._refresh_views()
+
+    def advance(self, tokens: int) -> None:
+        """Count `tokens` more tokens as cached: static-mode updates write without moving the length."""
+        if self.length + tokens > self.allocated:
+            raise ValueError(f"tokens: {tokens} more would pass the {self.allocated} reserved")
+        self.length += tokens
+        self._refresh_views()
 
     def _refresh_views(self) -> None:
         self.keys = self.key_buffer[:, : self.length].transpose(1, 2)
@@ -69,6 +93,11 @@ class PreallocatedLayer(CacheLayerMixin):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append (batch, kv_heads, new, d) states; return all cached states as views (batch, kv_heads, length, d)."""
+        if self.static_position is not None:
+            # one token at a device-held position; attention sees the whole reserved buffer
+            self.key_buffer.index_copy_(1, self.static_position, key_states.transpose(1, 2))
+            self.value_buffer.index_copy_(1, self.static_position, value_states.transpose(1, 2))
+            return self.key_buffer.transpose(1, 2), self.value_buffer.transpose(1, 2)
         new = key_states.shape[-2]
         end = self.length + new
         if end > self.capacity:
@@ -78,7 +107,7 @@ class PreallocatedLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if end > self.allocated:
-            self._grow(end)
+            self._grow(min(self.capacity, max(end, 2 * self.allocated)))
         self.key_buffer[:, self.length : end] = key_states.transpose(1, 2)
         self.value_buffer[:, self.length : end] = value_states.transpose(1, 2)
         self.length = end
@@ -123,6 +152,28 @@ class PreallocatedCache(Cache):
         if num_layers < 1:
             raise ValueError(f"num_layers must be positive, got {num_layers}")
         super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
+
+    def reserve(self, tokens: int) -> None:
+        """Make room for `tokens` tokens in every layer (see `PreallocatedLayer.reserve`)."""
+        for layer in self.layers:
+            layer.reserve(tokens)
+
+    def advance(self, tokens: int) -> None:
+        """Count `tokens` more tokens as cached in every layer, after static-mode steps wrote them."""
+        for layer in self.layers:
+            layer.advance(tokens)
+
+    @contextmanager
+    def static(self, position: torch.Tensor) -> Iterator[None]:
+        """Static mode: updates write one token at `position` (a (1,) int64 device tensor) and return the whole
+        reserved buffers, without touching the lengths."""
+        for layer in self.layers:
+            layer.static_position = position
+        try:
+            yield
+        finally:
+            for layer in self.layers:
+                layer.static_position = None
 
 
 def holds_only_full_attention(config: PreTrainedConfig) -> bool:

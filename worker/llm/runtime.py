@@ -25,6 +25,7 @@ class LLMRuntime:
     pack_token_budget: int
     eos_token_ids: frozenset[int]
     cache_kwarg: str
+    decode_graph: bool  # replay decode steps from a CUDA graph where the attention allows (decode_graph.py)
 
     @property
     def vocab_size(self) -> int:
@@ -66,10 +67,12 @@ def load_runtime(
     max_context: int | None = None,
     prefill_chunk_tokens: int = 8192,
     pack_token_budget: int = 8192,
+    decode_graph: bool = True,
 ) -> LLMRuntime:
     """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`.
 
-    `max_context` defaults to the model's `max_position_embeddings`.
+    `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
+    a CUDA graph where the attention implementation allows it (`decode_graph.py`).
     """
     _check_attention_impl(attention_impl)
     register_fa3_attention()
@@ -83,6 +86,7 @@ def load_runtime(
         max_context=max_context,
         prefill_chunk_tokens=prefill_chunk_tokens,
         pack_token_budget=pack_token_budget,
+        decode_graph=decode_graph,
     )
     log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device),
              max_context=runtime.max_context)
@@ -97,6 +101,7 @@ def runtime_for(
     max_context: int | None = None,
     prefill_chunk_tokens: int = 8192,
     pack_token_budget: int = 8192,
+    decode_graph: bool = True,
 ) -> LLMRuntime:
     """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`)."""
     _check_attention_impl(attention_impl)
@@ -118,6 +123,7 @@ def runtime_for(
         pack_token_budget=pack_token_budget,
         eos_token_ids=_eos_token_ids(model, tokenizer),
         cache_kwarg=_cache_kwarg(model),
+        decode_graph=decode_graph,
     )
 
 
@@ -136,7 +142,7 @@ def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
     impl = settings.attention_impl if device.type == "cuda" else "sdpa"
     set_decode_attention(settings.decode_attention)
     key = (settings.llm_model, impl, str(device), settings.llm_max_context, settings.prefill_chunk_tokens,
-           settings.pack_token_budget)
+           settings.pack_token_budget, settings.decode_cuda_graph)
     with _lock:
         if key not in _runtimes:
             _runtimes[key] = load_runtime(
@@ -146,5 +152,6 @@ def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
                 max_context=settings.llm_max_context,
                 prefill_chunk_tokens=settings.prefill_chunk_tokens,
                 pack_token_budget=settings.pack_token_budget,
+                decode_graph=settings.decode_cuda_graph,
             )
         return _runtimes[key]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from worker.llm.decode_graph import StaticDecoder, supports_static_decode
 from worker.llm.kv_cache import new_cache
 from worker.llm.runtime import LLMRuntime
 
@@ -130,13 +131,21 @@ class Session:
         generated: list[int] = []
         synchronize(device)
         start_time = time.perf_counter()
+        static = None
+        room = min(max_new_tokens, self.runtime.max_context - self.length)
+        if self.runtime.decode_graph and device.type == "cuda" and supports_static_decode(self.runtime, self.cache):
+            static = StaticDecoder(self.runtime, self.cache, self.length, room, graph=True)
         while len(generated) < max_new_tokens and self.length < self.runtime.max_context:
             token = int(self.next_logits.argmax())
             if token in self.runtime.eos_token_ids:
                 break
             generated.append(token)
-            logits = self._forward(torch.tensor([token], device=device), logits_to_keep=1)
-            self.next_logits = logits[-1].float()
+            if static is not None:
+                self.next_logits = static.step(token)
+                self.length += 1
+            else:
+                logits = self._forward(torch.tensor([token], device=device), logits_to_keep=1)
+                self.next_logits = logits[-1].float()
         synchronize(device)
         self.usage.decode_s += time.perf_counter() - start_time
         self.usage.output_tokens += len(generated)

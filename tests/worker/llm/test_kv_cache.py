@@ -167,3 +167,40 @@ def test_split_decode_reads_the_cache_buffers_in_place(load_tiny, text_ids, monk
         assert q_shape == (1, 4, 64) and k_cache.shape == v_cache.shape == (1, 31, 2, 64)
         assert k_cache.data_ptr() == layer.key_buffer.data_ptr() and k_cache.is_contiguous()
         assert v_cache.data_ptr() == layer.value_buffer.data_ptr()
+
+
+def test_static_mode_writes_at_the_device_position_and_returns_the_reserved_buffers():
+    layer = PreallocatedLayer(capacity=16)
+    key, value = states(5)
+    layer.update(key, value)
+    layer.reserve(8)
+    position = torch.tensor([5])
+    new_key, new_value = states(1, seed=1)
+    layer.static_position = position
+    keys, values = layer.update(new_key, new_value)
+    layer.static_position = None
+    assert keys.shape == (1, 2, 8, 4) and shares_storage(keys, layer.key_buffer)
+    assert torch.equal(keys[:, :, 5], new_key[:, :, 0]) and torch.equal(values[:, :, 5], new_value[:, :, 0])
+    assert torch.equal(keys[:, :, :5], key)
+    assert layer.length == 5  # static updates leave the length to `advance`
+    layer.advance(1)
+    assert torch.equal(layer.keys, torch.cat([key, new_key], dim=2))
+
+
+def test_reserve_and_advance_stay_within_bounds():
+    layer = PreallocatedLayer(capacity=6)
+    with pytest.raises(ValueError, match="prefill first"):
+        layer.reserve(4)
+    layer.update(*states(2))
+    layer.reserve(100)
+    assert layer.allocated == 6  # capped at the capacity
+    with pytest.raises(ValueError, match="tokens"):
+        layer.advance(5)
+
+
+def test_cache_static_context_sets_and_clears_every_layer():
+    cache = PreallocatedCache(num_layers=3, capacity=8)
+    position = torch.tensor([0])
+    with cache.static(position):
+        assert all(layer.static_position is position for layer in cache.layers)
+    assert all(layer.static_position is None for layer in cache.layers)
