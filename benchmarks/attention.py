@@ -14,7 +14,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +25,7 @@ import fa3fp8  # noqa: E402
 from fa3fp8 import configs  # noqa: E402
 from fa3fp8.attention import attention_fwd  # noqa: E402
 from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
-from fa3fp8.testing import random_qkv, rmse  # noqa: E402
+from fa3fp8.testing import host_ms, random_qkv, rmse  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 HEAD_DIMS = (64, 128, 256)
@@ -44,18 +43,6 @@ def shape_for(seqlen, d):
 
 def timed(fn):
     return do_bench(fn, warmup=25, rep=150, return_mode="median")
-
-
-def host_ms(fn, calls=30):
-    """Milliseconds the host needs to enqueue one call (no synchronization inside the loop)."""
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = (time.perf_counter() - start) / calls * 1e3
-    torch.cuda.synchronize()
-    return elapsed
 
 
 def sdpa_runner(backend, q, k, v, causal):

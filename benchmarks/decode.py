@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 
 import fa3fp8  # noqa: E402
 from fa3fp8.decode import TILES, WAVES, decode_fwd, split_plan  # noqa: E402
+from fa3fp8.testing import host_ms  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
 CONTEXTS = (8192, 32768, 131072)
@@ -40,18 +41,6 @@ SWEEP_SPLIT_FACTORS = (0.5, 2, 4)
 
 def timed(fn) -> float:
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def host_ms(fn, calls=50) -> float:
-    """Milliseconds the host needs to enqueue one call (no synchronization inside the loop)."""
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = (time.perf_counter() - start) / calls * 1e3
-    torch.cuda.synchronize()
-    return elapsed
 
 
 def decode_matmul(query, key, value, scaling):
@@ -88,7 +77,7 @@ def bench(caches, queries, rows, table):
         err = rel_err(runners["fa3fp8"](), reference)
         err_matmul = rel_err(runners["matmul"]()[:, 0], reference)
         times = {impl: timed(fn) for impl, fn in runners.items()}
-        host = host_ms(runners["fa3fp8"])
+        host = host_ms(runners["fa3fp8"], calls=50)
         splits, chunk = split_plan(batch * KV_HEADS, context, TILES[D][0],
                                    torch.cuda.get_device_properties(0).multi_processor_count)
         for impl, ms in times.items():

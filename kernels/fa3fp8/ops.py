@@ -165,9 +165,9 @@ def _op_or_impl(op, impl):
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def _check_qkv(q, k, v, packed: bool) -> None:
-    layout = "(total, heads, d)" if packed else "(batch, seqlen, heads, d)"
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def _check_tensors(q, named: tuple[tuple[str, torch.Tensor, str], ...]) -> None:
+    """Each (name, tensor, layout) is a tensor of the layout's rank in q's 16-bit dtype on q's device."""
+    for name, t, layout in named:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != len(layout.split(",")):
@@ -178,6 +178,11 @@ def _check_qkv(q, k, v, packed: bool) -> None:
             raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+
+
+def _check_qkv(q, k, v, packed: bool) -> None:
+    layout = "(total, heads, d)" if packed else "(batch, seqlen, heads, d)"
+    _check_tensors(q, (("q", q, layout), ("k", k, layout), ("v", v, layout)))
     d = q.shape[-1]
     if d not in HEAD_DIMS:
         raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")
@@ -226,18 +231,9 @@ def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, 
 
 
 def _check_decode(q, k_cache, v_cache, cache_seqlens) -> None:
-    for name, t, layout in (("q", q, "(batch, heads, d)"), ("k_cache", k_cache, "(batch, max_seqlen, kv_heads, d)"),
-                            ("v_cache", v_cache, "(batch, max_seqlen, kv_heads, d)")):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != len(layout.split(",")):
-            raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
-        if t.dtype not in DTYPES:
-            raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    cache_layout = "(batch, max_seqlen, kv_heads, d)"
+    _check_tensors(q, (("q", q, "(batch, heads, d)"), ("k_cache", k_cache, cache_layout),
+                       ("v_cache", v_cache, cache_layout)))
     batch, heads, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")

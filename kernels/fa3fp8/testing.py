@@ -1,7 +1,8 @@
 """Helpers shared by fa3fp8's tests and benchmarks: readable case ids, fresh random inputs (FlashAttention-3's
-FP8 test distribution too), poisoned CUDA memory, error metrics."""
+FP8 test distribution too), poisoned CUDA memory, error metrics, host enqueue time."""
 
 import math
+import time
 
 import torch
 
@@ -37,3 +38,16 @@ def poison_cuda_cache(n_bytes: int = 1 << 28) -> None:
 def rmse(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Root mean square of x − ref."""
     return (x.double() - ref.double()).pow(2).mean().sqrt().item()
+
+
+def host_ms(fn, calls: int = 30) -> float:
+    """Milliseconds the host needs to enqueue one call of `fn` (no synchronization inside the loop): above the
+    kernel time, the host is the bottleneck."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = (time.perf_counter() - start) / calls * 1e3
+    torch.cuda.synchronize()
+    return elapsed
