@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from worker.llm.decode_graph import StaticDecoder, supports_static_decode
+from worker.llm.decode_graph import MIN_GRAPH_TOKENS, StaticDecoder, supports_static_decode
 from worker.llm.kv_cache import new_cache
 from worker.llm.runtime import LLMRuntime
 
@@ -133,7 +133,8 @@ class Session:
         start_time = time.perf_counter()
         static = None
         room = min(max_new_tokens, self.runtime.max_context - self.length)
-        if self.runtime.decode_graph and device.type == "cuda" and supports_static_decode(self.runtime, self.cache):
+        if (self.runtime.decode_graph and device.type == "cuda" and room >= MIN_GRAPH_TOKENS
+                and supports_static_decode(self.runtime, self.cache)):
             static = StaticDecoder(self.runtime, self.cache, self.length, room, graph=True)
         while len(generated) < max_new_tokens and self.length < self.runtime.max_context:
             token = int(self.next_logits.argmax())
