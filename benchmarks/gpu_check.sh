@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmark.
-#   bash benchmarks/gpu_check.sh [tests] [sweep] [sweep-fp8] [bench] [quick] [asm]
+# One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
+#   bash benchmarks/gpu_check.sh [tests] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +29,8 @@ fi
 if [[ "$steps" == *" bench "* ]]; then
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
     python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+fi
+if [[ "$steps" == *" decode "* ]]; then
+    python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1
 fi
 exit $status
