@@ -33,9 +33,9 @@ def supports_static_decode(runtime: LLMRuntime, cache) -> bool:
 class StaticDecoder:
     """Decode steps for one stream whose cache holds `length` tokens, with room for `max_new_tokens` more.
 
-    `step(token)` appends `token` at the end of the stream and returns the next position's logits (float32, a
-    fresh tensor). With `graph`, the first step is run eagerly a few times and captured; later steps replay it.
-    The caller keeps the cache's host-side length in step (`step` advances it).
+    `step(token, position)` puts `token` at `position` (the stream's length) and returns the next position's
+    logits (float32, a fresh tensor); it advances the cache's host-side length. With `graph`, the first step is
+    run eagerly a few times and captured; later steps replay it.
     """
 
     def __init__(self, runtime: LLMRuntime, cache: PreallocatedCache, length: int, max_new_tokens: int,
@@ -45,7 +45,6 @@ class StaticDecoder:
                              "PreallocatedCache")
         self.runtime = runtime
         self.cache = cache
-        self.position = length
         device = runtime.device
         self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
         self.positions = torch.zeros((1, 1), dtype=torch.long, device=device)
@@ -76,11 +75,11 @@ class StaticDecoder:
             self.logits = self._forward()
 
     @torch.inference_mode()
-    def step(self, token: int) -> torch.Tensor:
-        """Append `token`; the logits of the position after it."""
+    def step(self, token: int, position: int) -> torch.Tensor:
+        """Put `token` at `position`; the logits of the position after it."""
         self.ids.fill_(token)
-        self.positions.fill_(self.position)
-        self.seqlens.fill_(self.position + 1)
+        self.positions.fill_(position)
+        self.seqlens.fill_(position + 1)
         if not self.use_graph:
             logits = self._forward()
         else:
@@ -89,5 +88,4 @@ class StaticDecoder:
             self.graph.replay()
             logits = self.logits
         self.cache.advance(1)
-        self.position += 1
         return logits.to(torch.float32, copy=True)  # the graph's output is overwritten by the next replay

@@ -142,7 +142,7 @@ class Session:
                 break
             generated.append(token)
             if static is not None:
-                self.next_logits = static.step(token)
+                self.next_logits = static.step(token, self.length)
                 self.length += 1
             else:
                 logits = self._forward(torch.tensor([token], device=device), logits_to_keep=1)

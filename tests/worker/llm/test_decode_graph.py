@@ -28,7 +28,7 @@ def static_decode(runtime, ids, steps, graph):
     tokens, logits = [], []
     for _ in range(steps):
         tokens.append(int(session.next_logits.argmax()))
-        logits.append(decoder.step(tokens[-1]))
+        logits.append(decoder.step(tokens[-1], session.length))
         session.next_logits = logits[-1]
         session.length += 1
     return tokens, torch.stack(logits), session
