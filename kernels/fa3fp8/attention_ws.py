@@ -279,6 +279,13 @@ def supported(d: int, is_fp8: bool, block_n: int | None = None) -> bool:
     return tile is not None and (block_n is None or tile[0] == block_n)
 
 
+def _constexprs(heads: int, kv_heads: int, d: int, causal: bool, is_fp8: bool, q_block: int | None) -> dict:
+    """The kernel's compile-time arguments for one launch shape (shared by the launcher and `compile_offline`)."""
+    block_n, stages = TILES[(d, is_fp8)]
+    return dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8, P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
+                Q_BLOCK=q_block or WG_ROWS.value, BLOCK_N=block_n, STAGES=stages, PINGPONG=PINGPONG[(d, is_fp8)])
+
+
 def attention_fwd_ws(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, q_block=None, out_dtype=None,
@@ -293,7 +300,6 @@ def attention_fwd_ws(
     lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
     if total_q == 0 or batch == 0:
         return out, lse, None
-    block_n, stages = TILES[(d, is_fp8)]
     if is_fp8:
         scales = (q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k)
         v_cols, n_blocks_q, n_blocks_k = v.shape[-1], q_scale.shape[-1], k_scale.shape[-1]
@@ -305,9 +311,7 @@ def attention_fwd_ws(
     kernel = _attn_fwd_ws[grid](
         q, k, v, out, lse, *scales[:3], cu_seqlens_q, cu_seqlens_k, *scales[3:],
         softmax_scale * LOG2E, total_q, total_k, v_cols, n_blocks_q, n_blocks_k,
-        H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8, P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
-        Q_BLOCK=q_block or WG_ROWS.value, BLOCK_N=block_n, STAGES=stages, PINGPONG=PINGPONG[(d, is_fp8)],
-        num_warps=4, maxnreg=MAXNREG,
+        **_constexprs(heads, kv_heads, d, causal, is_fp8, q_block), num_warps=4, maxnreg=MAXNREG,
     )
     return out, lse, kernel
 
@@ -321,10 +325,7 @@ def compile_offline(d: int, is_fp8: bool, causal: bool, heads: int = 16, kv_head
     pointers = dict(Q=data, K=data, V=data, O="*bf16", LSE="*fp32", QS="*fp32", KS="*fp32", VS="*fp32",
                     CU_Q="*i32", CU_K="*i32", CU_BQ="*i32", CU_BK="*i32")
     scalars = dict(qk_scale="fp32", total_q="i32", total_k="i32", v_cols="i32", n_blocks_q="i32", n_blocks_k="i32")
-    block_n, stages = TILES[(d, is_fp8)]
-    consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8,
-                  P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0, Q_BLOCK=WG_ROWS.value, BLOCK_N=block_n, STAGES=stages,
-                  PINGPONG=PINGPONG[(d, is_fp8)])
+    consts = _constexprs(heads, kv_heads, d, causal, is_fp8, None)
     signature = {**pointers, **scalars, **{name: "constexpr" for name in consts}}
     source = GluonASTSource(_attn_fwd_ws, signature, consts)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=MAXNREG))
