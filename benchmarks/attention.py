@@ -3,6 +3,7 @@ backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable)
 
     python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
     python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
+    python benchmarks/attention.py kernels [--out DIR]           # the FP8 forward kernels side by side, S=16K
 
 16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
 Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
@@ -280,9 +281,69 @@ def launcher(q, k, v, causal, fp8, cfg):
     return lambda: attention_fwd(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal, config=cfg)
 
 
+FP8_KERNELS = {  # name -> (FA3FP8_KERNEL, extra arguments of the CUDA launcher)
+    "triton": ("triton", None),
+    "cuda": ("cuda", {"overlap": True, "exp_fma": 0}),
+    "cuda-fma2": ("cuda", {"overlap": True, "exp_fma": 2}),
+    "cuda-serial": ("cuda", {"overlap": False, "exp_fma": 0}),
+    "cuda-serial-fma2": ("cuda", {"overlap": False, "exp_fma": 2}),
+}
+
+
+def fp8_kernels(args):
+    """The FP8 forward kernels on one quantized bundle per shape (S=16K, kernel-only), beside cuDNN's FP8 and SDPA
+    cuDNN bf16; each checked against the Triton kernel's output first."""
+    from fa3fp8 import attention_sm90
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    rows, table = [], []
+    seqlen = 16384
+    for d in (128, 256):
+        for causal in (False, True):
+            batch, heads = shape_for(seqlen, d)
+            q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+            b = fa3fp8.quantize_qkv(q, k, v)
+            scale = d**-0.5
+
+            def run(name, b=b, causal=causal, scale=scale):
+                choice, extra = FP8_KERNELS[name]
+                if extra is not None:
+                    return attention_sm90.attention_fp8_fwd_sm90(
+                        b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
+                        b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k, b.block_m, torch.bfloat16,
+                        **extra)[0]
+                os.environ["FA3FP8_KERNEL"] = choice
+                return attention_fwd(b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
+                                     b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k, torch.bfloat16)[0]
+
+            runners = {name: (lambda name=name: run(name)) for name in FP8_KERNELS}
+            runners["sdpa-cudnn-bf16"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
+            try:
+                runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
+            except Exception as exc:
+                print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
+            base = runners["triton"]().float()
+            for name in FP8_KERNELS:
+                diff = ((runners[name]().float() - base).norm() / base.norm()).item()
+                table.append(f"check d{d} {'causal' if causal else 'full'} {name}: rel diff to triton {diff:.2e}")
+            for name, fn in runners.items():
+                tflops = flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9
+                rows.append(dict(impl=name, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1)))
+                table.append(f"{name:16s} d{d:<4d} S{seqlen} {'causal' if causal else 'full  '} {tflops:7.1f} TFLOPS")
+            print("\n".join(table[-len(runners) - len(FP8_KERNELS):]), flush=True)
+            os.environ.pop("FA3FP8_KERNEL", None)
+            del q, k, v, b
+            torch.cuda.empty_cache()
+    stem = f"attention-fp8-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+    print("\n".join(t for t in table if not t.startswith("check")))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("bench", "sweep"))
+    parser.add_argument("mode", choices=("bench", "sweep", "kernels"))
     parser.add_argument("--quick", action="store_true", help="bench S in {1K, 16K} only")
     parser.add_argument("--asm", choices=("bf16", "fp8"), help="sweep: also write d128 TTGIR/PTX/SASS")
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
@@ -290,7 +351,7 @@ def main():
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
-    bench(args) if args.mode == "bench" else sweep(args)
+    {"bench": bench, "sweep": sweep, "kernels": fp8_kernels}[args.mode](args)
 
 
 if __name__ == "__main__":

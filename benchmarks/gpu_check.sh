@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
-#   bash benchmarks/gpu_check.sh [tests] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode]
+#   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,13 @@ status=0
 if [[ "$steps" == *" tests "* ]]; then
     FA3FP8_AUTOTUNE=0 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
         --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
+fi
+if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ FP8 kernel alone: build, then its tests
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -o addopts="" \
+        --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/cuda-tests.log" | tail -25 || status=1
+fi
+if [[ "$steps" == *" kernels "* ]]; then
+    timeout 300 python3 benchmarks/attention.py kernels --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -40 || status=1
 fi
 if [[ "$steps" == *" sweep "* ]]; then
     asm=""; [[ "$steps" == *" asm "* ]] && asm="--asm bf16"

@@ -197,15 +197,25 @@ def attention_fwd(
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
-    if config is None and not env.interpreting() and env.kernel() == "ws":
+    choice = env.kernel() if config is None and not env.interpreting() else "triton"
+    q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
+    if choice == "ws":
         from . import attention_ws
 
-        q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
         if attention_ws.supported(d, is_fp8, block_n):
             return attention_ws.attention_fwd_ws(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
                 q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype,
             )
+    if choice == "cuda" and is_fp8:
+        from . import attention_sm90
+
+        if attention_sm90.supported(d, q_block, block_n):
+            out, lse = attention_sm90.attention_fp8_fwd_sm90(
+                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
+                q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
+            )
+            return out, lse, None
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
     if total_q == 0 or batch == 0:

@@ -3,7 +3,7 @@
 import os
 
 BACKENDS = ("auto", "triton", "reference")
-KERNELS = ("triton", "ws")
+KERNELS = ("triton", "ws", "cuda")
 
 
 def backend() -> str:
@@ -26,9 +26,20 @@ def interpreting() -> bool:
 
 
 def kernel() -> str:
-    """`FA3FP8_KERNEL`: `triton` (default: the Triton kernel, also the one the CPU interpreter runs) or `ws` (the
-    warp-specialized Gluon kernel, Hopper only; correct but not faster yet, see kernels/NOTES.md)."""
+    """`FA3FP8_KERNEL`: `triton` (default: the Triton kernel, also the one the CPU interpreter runs), `ws` (the
+    warp-specialized Gluon kernel, Hopper only; correct but not faster, see kernels/NOTES.md) or `cuda` (the CUDA
+    C++ kernel for FP8 at d128/d256, built with nvcc on first use; other cases stay on Triton)."""
     value = os.environ.get("FA3FP8_KERNEL", "triton").strip().lower()
     if value not in KERNELS:
         raise ValueError(f"FA3FP8_KERNEL must be one of {KERNELS}, got {value!r}")
     return value
+
+
+def cache_dir() -> str:
+    """`FA3FP8_CACHE_DIR`: where the CUDA kernel library is built (default `~/.cache/fa3fp8`)."""
+    return os.environ.get("FA3FP8_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fa3fp8")
+
+
+def cuda_home() -> str:
+    """`CUDA_HOME` (default `/usr/local/cuda`): where nvcc is looked for when it is not on PATH."""
+    return os.environ.get("CUDA_HOME") or "/usr/local/cuda"

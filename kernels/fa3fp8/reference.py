@@ -31,6 +31,8 @@ def _attend(q, k, v, scale, causal, compute_dtype, quantize_p=False):
     vf = v.to(compute_dtype).transpose(0, 1).repeat_interleave(group, 0)
     out = qf.new_zeros(heads, sq, v.shape[-1])
     lse = qf.new_full((heads, sq), -math.inf)
+    if sk == 0:  # a sequence without keys: zeros, lse = -inf
+        return out.transpose(0, 1), lse
     rows = max(1, _CHUNK_ELEMENTS // max(1, heads * sk))
     cols = torch.arange(sk, device=q.device)
     for r0 in range(0, sq, rows):

@@ -23,7 +23,7 @@ from fa3fp8.testing import case_id, poison_cuda_cache, random_qkv, rmse
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-@pytest.fixture(params=["triton", "ws"])
+@pytest.fixture(params=["triton", "ws", "cuda"])
 def kernel(request, monkeypatch):
     """Which forward kernel the public functions launch."""
     monkeypatch.setenv("FA3FP8_KERNEL", request.param)

@@ -1,0 +1,94 @@
+"""Build and load fa3fp8's CUDA C++ kernels (`csrc/*.cu`) with nvcc: one shared library per source hash.
+
+The library exposes plain C functions (no torch headers), so it builds the same way on a GPU machine, in a
+Docker build stage or on a CPU-only CI machine that has nvcc (where the tests compile it for sm_90a and read
+ptxas's report). `python -m fa3fp8.cuda_build DIR` builds it into DIR ahead of time; at run time the library is
+looked up beside the source, then in `FA3FP8_CACHE_DIR`, and built there when missing.
+"""
+
+import ctypes
+import functools
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import env
+
+SOURCE = Path(__file__).parent / "csrc" / "attn_fp8_sm90.cu"
+ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)  # wgmma and setmaxnreg exist only on sm_90a
+FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
+
+
+def nvcc() -> str | None:
+    """Path of nvcc: on PATH, else under CUDA_HOME; None when there is none."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    candidate = Path(env.cuda_home()) / "bin" / "nvcc"
+    return str(candidate) if candidate.is_file() else None
+
+
+def library_name(source: Path = SOURCE) -> str:
+    """File name of the built library: the source's stem and a hash of the source and the flags."""
+    digest = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    return f"lib{source.stem}-{digest}.so"
+
+
+def compile_source(source: Path, output: Path, extra_flags: tuple[str, ...] = ()) -> str:
+    """Run nvcc on `source` into `output` (written atomically); returns ptxas's report (`-Xptxas -v`)."""
+    compiler = nvcc()
+    if compiler is None:
+        raise RuntimeError("nvcc not found: put it on PATH or set CUDA_HOME")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=output.parent, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, *extra_flags, "-Xptxas", "-v", "-o", str(partial), str(source)],
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {source.name}:\n{done.stderr[-4000:]}")
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return done.stderr
+
+
+def library_path() -> Path:
+    """The built library: beside the source if prebuilt there, else in the cache directory (built when missing)."""
+    name = library_name()
+    prebuilt = SOURCE.parent / name
+    if prebuilt.is_file():
+        return prebuilt
+    cached = Path(env.cache_dir()) / name
+    if not cached.is_file():
+        compile_source(SOURCE, cached)
+    return cached
+
+
+@functools.cache
+def load() -> ctypes.CDLL:
+    """The CUDA kernel library, built on first use; its C functions get their argument types here."""
+    lib = ctypes.CDLL(str(library_path()))
+    p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    lib.fa3fp8_attn_fp8_fwd.restype = i
+    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f, i, i, i, i, p]
+    lib.fa3fp8_error_string.restype = ctypes.c_char_p
+    lib.fa3fp8_error_string.argtypes = [i]
+    return lib
+
+
+def available() -> bool:
+    """True when the library is prebuilt or cached, or nvcc is there to build it."""
+    name = library_name()
+    return (SOURCE.parent / name).is_file() or (Path(env.cache_dir()) / name).is_file() or nvcc() is not None
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else SOURCE.parent
+    compile_source(SOURCE, target / library_name())
+    print(target / library_name())
