@@ -283,8 +283,8 @@ def launcher(q, k, v, causal, fp8, cfg):
 
 FP8_KERNELS = {  # name -> (FA3FP8_KERNEL, extra arguments of the CUDA launcher)
     "triton": ("triton", None),
-    "cuda": ("cuda", {"overlap": True, "exp_fma": 0}),
-    "cuda-fma2": ("cuda", {"overlap": True, "exp_fma": 2}),
+    "cuda-overlap": ("cuda", {"overlap": True, "exp_fma": 0}),
+    "cuda-overlap-fma2": ("cuda", {"overlap": True, "exp_fma": 2}),
     "cuda-serial": ("cuda", {"overlap": False, "exp_fma": 0}),
     "cuda-serial-fma2": ("cuda", {"overlap": False, "exp_fma": 2}),
 }

@@ -3,10 +3,13 @@
 # Build from the repository root: docker build -f docker/worker.Dockerfile -t docflash-worker .
 # For nodes whose driver predates CUDA 13, build with a CUDA 12.8 base and the cu128 torch index:
 #   --build-arg CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04 \
+#   --build-arg CUDA_DEVEL_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04 \
 #   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04
+ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.2-devel-ubuntu24.04
 
-FROM ${CUDA_IMAGE} AS builder
+# the builder has nvcc: fa3fp8's CUDA kernel library is built here, the runtime image only loads it
+FROM ${CUDA_DEVEL_IMAGE} AS builder
 ARG TORCH_VERSION=2.11.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -32,6 +35,7 @@ COPY worker/ worker/
 COPY docflash/ docflash/
 COPY kernels/ kernels/
 RUN pip install --no-cache-dir --no-deps . \
+    && python -m fa3fp8.cuda_build \
     && python -c "import docflash.cli, fa3fp8, torch, triton, transformers"
 
 FROM ${CUDA_IMAGE} AS runtime

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import configs, env
+from . import attention_sm90, configs, env
 from .fastmath import exp2_mixed
 from .quantize import to_e4m3
 from .reference import P_SHIFT
@@ -198,6 +198,8 @@ def attention_fwd(
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
+    if choice == "auto":
+        choice = "cuda" if is_fp8 and d in attention_sm90.FASTER_HEAD_DIMS else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
     if choice == "ws":
         from . import attention_ws
@@ -207,15 +209,12 @@ def attention_fwd(
                 q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
                 q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype,
             )
-    if choice == "cuda" and is_fp8:
-        from . import attention_sm90
-
-        if attention_sm90.supported(d, q_block, block_n):
-            out, lse = attention_sm90.attention_fp8_fwd_sm90(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-                q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
-            )
-            return out, lse, None
+    if choice == "cuda" and is_fp8 and attention_sm90.supported(d, q_block, block_n):
+        out, lse = attention_sm90.attention_fp8_fwd_sm90(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
+            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
+        )
+        return out, lse, None
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
     if total_q == 0 or batch == 0:

@@ -17,6 +17,9 @@ HEAD_DIMS = (128, 256)
 # head dim -> (overlap, exp_fma), the fastest on the H200 (benchmarks/results/attention-fp8-kernels-*.json):
 # at d256 the overlapped loop spills (O is 128 registers per thread) and runs ~15% slower than the serial one
 DEFAULTS = {128: (True, 0), 256: (False, 2)}
+# where FA3FP8_KERNEL=auto picks this kernel over the Triton one: d256, +4-7% (945-986 against 899-923 TFLOPS at
+# S16K); at d128 the two are level (738-768 against 738-766)
+FASTER_HEAD_DIMS = (256,)
 
 
 def supported(d: int, block_m: int, block_n: int) -> bool:

@@ -3,7 +3,7 @@
 import os
 
 BACKENDS = ("auto", "triton", "reference")
-KERNELS = ("triton", "ws", "cuda")
+KERNELS = ("auto", "triton", "ws", "cuda")
 
 
 def backend() -> str:
@@ -26,10 +26,12 @@ def interpreting() -> bool:
 
 
 def kernel() -> str:
-    """`FA3FP8_KERNEL`: `triton` (default: the Triton kernel, also the one the CPU interpreter runs), `ws` (the
-    warp-specialized Gluon kernel, Hopper only; correct but not faster, see kernels/NOTES.md) or `cuda` (the CUDA
-    C++ kernel for FP8 at d128/d256, built with nvcc on first use; other cases stay on Triton)."""
-    value = os.environ.get("FA3FP8_KERNEL", "triton").strip().lower()
+    """`FA3FP8_KERNEL`: which Hopper forward kernel serves. `auto` (default): the CUDA C++ kernel for FP8 where it
+    measured faster (`attention_sm90.FASTER_HEAD_DIMS`) and nvcc or a built library is there, the Triton kernel
+    otherwise; `triton` (also what the CPU interpreter runs); `ws` (the warp-specialized Gluon kernel, correct but
+    not faster, see kernels/NOTES.md); `cuda` (the CUDA C++ kernel for FP8 at d128/d256, built with nvcc on first
+    use; other cases stay on Triton)."""
+    value = os.environ.get("FA3FP8_KERNEL", "auto").strip().lower()
     if value not in KERNELS:
         raise ValueError(f"FA3FP8_KERNEL must be one of {KERNELS}, got {value!r}")
     return value

@@ -4,7 +4,7 @@
 // into shared memory with TMA (128-byte swizzle, mbarrier completion), two consumer warpgroups of 64 rows each
 // run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between.
 // OVERLAP issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
-// (FlashAttention-3, section 3.2). Input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and
+// (FlashAttention-3, section 3.2); without it each tile's steps run in order. Input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and
 // K (T, Hkv, D), V transposed tile by tile (Hkv, D, n_blocks_k * 128), one fp32 scale per (head, tile).
 
 #include <cuda.h>
@@ -194,6 +194,22 @@ struct RowState {
   float l[2];  // this thread's part of the running sum (reduced over the quad in the epilogue)
 };
 
+// Reduction of a row's 32 values held by one thread: 8 independent chains then a tree. With two consumer warps per
+// scheduler there is little to hide latency behind, and one 32-long dependent chain costs ~130 cycles.
+template <typename Op>
+__device__ __forceinline__ float reduce_row(const float (&s)[64], int i, Op op) {
+  float part[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) part[c] = op(s[c * 4 + i * 2], s[c * 4 + i * 2 + 1]);
+#pragma unroll
+  for (int c8 = 8; c8 < 16; ++c8) part[c8 - 8] = op(part[c8 - 8], op(s[c8 * 4 + i * 2], s[c8 * 4 + i * 2 + 1]));
+#pragma unroll
+  for (int width = 4; width > 0; width /= 2)
+#pragma unroll
+    for (int c = 0; c < width; ++c) part[c] = op(part[c], part[c + width]);
+  return part[0];
+}
+
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + P_SHIFT),
 // written back into s. Returns the factor alpha per row that rescales what was accumulated before.
 // In unmasked tiles, EXP_FMA of every 16 column groups take their exponentials on the FMA pipe instead of the
@@ -202,42 +218,39 @@ template <bool MASKED, bool CAUSAL, int EXP_FMA>
 __device__ __forceinline__ void online_softmax(float (&s)[64], RowState& st, float scale, float (&alpha)[2],
                                                int n0, int row0, int seqlen_k, int diag) {
   const int t = threadIdx.x % 4;
+  auto fmax = [](float a, float b) { return fmaxf(a, b); };
+  auto add = [](float a, float b) { return a + b; };
+  if (MASKED) {
+    // diagonal band / ragged end: key n is visible to query row when n < seqlen_k and n <= row + diag
+#pragma unroll
+    for (int r = 0; r < 64; ++r) {
+      const int key = n0 + 8 * (r / 4) + 2 * t + r % 2;
+      const bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * ((r / 2) % 2) + diag);
+      s[r] = visible ? s[r] * scale : -INFINITY;
+    }
+  }
+  float mx[2], offset[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = reduce_row(s, i, fmax);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int c8 = 0; c8 < 16; ++c8) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float& x = s[c8 * 4 + i * 2 + j];
-        if (MASKED) {
-          const int key = n0 + 8 * c8 + 2 * t + j;
-          const bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * i + diag);
-          x = visible ? x * scale : -INFINITY;
-        }
-        mx = fmaxf(mx, x);
-      }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-    const float m_new = fmaxf(st.m[i], MASKED ? mx : mx * scale);
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
+    const float m_new = fmaxf(st.m[i], MASKED ? mx[i] : mx[i] * scale);
     const float m_use = (MASKED && m_new == -INFINITY) ? 0.f : m_new;
-    const float offset = P_SHIFT - m_use;
-    float sum = 0.f;
-#pragma unroll
-    for (int c8 = 0; c8 < 16; ++c8) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float& x = s[c8 * 4 + i * 2 + j];
-        const bool on_fma = !MASKED && EXP_FMA > 0 && c8 % (16 / (EXP_FMA > 0 ? EXP_FMA : 1)) == 0;
-        x = MASKED ? ex2(x + offset) : on_fma ? ex2_fma(fmaf(x, scale, offset)) : ex2(fmaf(x, scale, offset));
-        sum += x;
-      }
-    }
+    offset[i] = P_SHIFT - m_use;
     alpha[i] = ex2(st.m[i] - m_use);
-    st.l[i] = st.l[i] * alpha[i] + sum;
     st.m[i] = m_new;
   }
+#pragma unroll
+  for (int r = 0; r < 64; ++r) {
+    const int c8 = r / 4, i = (r / 2) % 2;
+    const bool on_fma = !MASKED && EXP_FMA > 0 && c8 % (16 / (EXP_FMA > 0 ? EXP_FMA : 1)) == 0;
+    s[r] = MASKED ? ex2(s[r] + offset[i]) : on_fma ? ex2_fma(fmaf(s[r], scale, offset[i]))
+                                                    : ex2(fmaf(s[r], scale, offset[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add);
 }
 
 // P (fp32, accumulator layout) -> e4m3 A fragments of the P·V wgmma, one group of four registers per 32 keys.
@@ -430,12 +443,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int s = j % STAGES, sp = (j - 1) % STAGES;
       const float ks = k_scale[j], vs = v_scale[j];
       mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+      mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
       wait_o();
       wgmma_fence();
       issue_qk<D>(s_acc, q_wg, sm.k[s]);
       wgmma_commit();
-      mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
-      wgmma_fence();
       issue_pv<D>(o, pa, sm.v[sp]);
       wgmma_commit();
       wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
@@ -559,6 +571,8 @@ struct Launch {
   bool out_bf16;
   int exp_fma;
 
+  bool overlap;
+
   template <int D, bool CAUSAL, bool OVERLAP, int EXP_FMA>
   cudaError_t out() const {
     return out_bf16 ? launch<D, CAUSAL, OVERLAP, EXP_FMA, __nv_bfloat16>(mq, mk, mv, p, batch, max_seqlen_q, stream)
@@ -572,13 +586,10 @@ struct Launch {
       default: return cudaErrorInvalidValue;
     }
   }
-  template <int D, bool CAUSAL>
-  cudaError_t overlap(bool on) const {
-    return on ? exp<D, CAUSAL, true>() : exp<D, CAUSAL, false>();
-  }
   template <int D>
-  cudaError_t causal(bool on, bool overlap_on) const {
-    return on ? overlap<D, true>(overlap_on) : overlap<D, false>(overlap_on);
+  cudaError_t causal(bool on) const {
+    if (on) return overlap ? exp<D, true, true>() : exp<D, true, false>();
+    return overlap ? exp<D, false, true>() : exp<D, false, false>();
   }
 };
 
@@ -587,7 +598,8 @@ struct Launch {
 extern "C" {
 
 // Returns 0 on success, -1 when a tensor map could not be made, -2 for an unsupported head dim, else the CUDA error.
-// exp_fma: 0 or 2 of every 16 column groups take their exponentials on the FMA pipe.
+// overlap: softmax(j) under P·V(j-1); exp_fma: 0 or 2 of every 16 column groups take their exponentials on the FMA
+// pipe.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -601,8 +613,9 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     return -1;
   const Params p{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                  heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
-  const Launch run{mq, mk, mv, p, batch, max_seqlen_q, static_cast<cudaStream_t>(stream), out_bf16 != 0, exp_fma};
-  const cudaError_t err = d == 128 ? run.causal<128>(causal, overlap) : run.causal<256>(causal, overlap);
+  const Launch run{mq,      mk,        mv, p, batch, max_seqlen_q, static_cast<cudaStream_t>(stream), out_bf16 != 0,
+                   exp_fma, overlap != 0};
+  const cudaError_t err = d == 128 ? run.causal<128>(causal != 0) : run.causal<256>(causal != 0);
   return static_cast<int>(err);
 }
 

@@ -1,0 +1,44 @@
+"""Building the CUDA kernel library: cache names follow the source, failures say what nvcc said, a built library
+is found before anything is compiled."""
+
+import pytest
+
+from fa3fp8 import cuda_build
+
+needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="needs nvcc")
+
+
+def test_library_name_follows_the_source(tmp_path):
+    a, b = tmp_path / "k.cu", tmp_path / "k2.cu"
+    a.write_text("int x;")
+    b.write_text("int y;")
+    assert cuda_build.library_name(a).startswith("libk-") and cuda_build.library_name(a).endswith(".so")
+    b.write_text("int x;")
+    assert cuda_build.library_name(a).split("-")[1] == cuda_build.library_name(b).split("-")[1]
+    b.write_text("int y;")
+    assert cuda_build.library_name(a).split("-")[1] != cuda_build.library_name(b).split("-")[1]
+
+
+@needs_nvcc
+def test_compile_error_reports_nvcc_output(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text("this is not C++\n")
+    with pytest.raises(RuntimeError, match="nvcc failed on bad.cu"):
+        cuda_build.compile_source(bad, tmp_path / "out" / "libbad.so")
+    assert not list((tmp_path / "out").glob("*.so"))  # no partial library left behind
+
+
+def test_prebuilt_library_is_used_without_nvcc(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
+    (tmp_path / cuda_build.library_name()).write_bytes(b"")
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    assert cuda_build.available()
+    assert cuda_build.library_path() == tmp_path / cuda_build.library_name()
+
+
+def test_unavailable_without_nvcc_or_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(cuda_build, "SOURCE", tmp_path / "attn.cu")
+    (tmp_path / "attn.cu").write_text("// nothing built\n")
+    assert not cuda_build.available()

@@ -1,0 +1,29 @@
+"""fa3fp8's environment switches: defaults, accepted values, clear errors."""
+
+import pytest
+
+from fa3fp8 import env
+
+
+def test_kernel_defaults_to_auto(monkeypatch):
+    monkeypatch.delenv("FA3FP8_KERNEL", raising=False)
+    assert env.kernel() == "auto"
+
+
+@pytest.mark.parametrize("value", ["triton", "ws", "cuda", " CUDA "])
+def test_kernel_accepts_known_names(monkeypatch, value):
+    monkeypatch.setenv("FA3FP8_KERNEL", value)
+    assert env.kernel() == value.strip().lower()
+
+
+def test_kernel_rejects_unknown_names(monkeypatch):
+    monkeypatch.setenv("FA3FP8_KERNEL", "cutlass")
+    with pytest.raises(ValueError, match="FA3FP8_KERNEL"):
+        env.kernel()
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("FA3FP8_CACHE_DIR", raising=False)
+    assert env.cache_dir().endswith(".cache/fa3fp8")
+    monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
+    assert env.cache_dir() == str(tmp_path)
