@@ -283,10 +283,8 @@ def launcher(q, k, v, causal, fp8, cfg):
 
 FP8_KERNELS = {  # name -> (FA3FP8_KERNEL, extra arguments of the CUDA launcher)
     "triton": ("triton", None),
-    "cuda-overlap": ("cuda", {"overlap": True, "exp_fma": 0}),
-    "cuda-overlap-fma2": ("cuda", {"overlap": True, "exp_fma": 2}),
-    "cuda-serial": ("cuda", {"overlap": False, "exp_fma": 0}),
-    "cuda-serial-fma2": ("cuda", {"overlap": False, "exp_fma": 2}),
+    "cuda-overlap": ("cuda", {"overlap": True}),
+    "cuda-serial": ("cuda", {"overlap": False}),
 }
 
 
@@ -338,7 +336,32 @@ def fp8_kernels(args):
             torch.cuda.empty_cache()
     stem = f"attention-fp8-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+    plot_kernels(rows, out / f"{stem}.png")
     print("\n".join(t for t in table if not t.startswith("check")))
+
+
+def plot_kernels(rows, path):
+    """TFLOPS per kernel, grouped by (d, causal): the `kernels` mode's bar chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["d"], r["causal"]) for r in rows})
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    for n, impl in enumerate(impls):
+        values = [next((r["tflops"] for r in rows if (r["d"], r["causal"], r["impl"]) == (*g, impl)), 0) for g in groups]
+        ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
+    ax.set_xticklabels([f"d{d} {'causal' if c else 'full'}" for d, c in groups])
+    ax.set_ylabel("TFLOPS (S=16K)")
+    ax.set_ylim(0, 1.2 * max(r["tflops"] for r in rows))
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=len(impls))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main():

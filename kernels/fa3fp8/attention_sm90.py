@@ -14,11 +14,11 @@ LOG2E = 1.4426950408889634
 BLOCK_M = 128  # query rows per CTA
 BLOCK_N = 128  # keys per K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
-# head dim -> (overlap, exp_fma), the fastest on the H200 (benchmarks/results/attention-fp8-kernels-*.json):
-# at d256 the overlapped loop spills (O is 128 registers per thread) and runs ~15% slower than the serial one
-DEFAULTS = {128: (True, 0), 256: (False, 2)}
-# where FA3FP8_KERNEL=auto picks this kernel over the Triton one: d256, +4-7% (945-986 against 899-923 TFLOPS at
-# S16K); at d128 the two are level (738-768 against 738-766)
+# head dim -> overlap, the faster on the H200 (benchmarks/results/attention-fp8-kernels-*.json): at d256 the
+# overlapped loop spills (O is 128 registers per thread) and runs ~15% slower than the serial one
+OVERLAP = {128: True, 256: False}
+# where FA3FP8_KERNEL=auto picks this kernel over the Triton one: d256, +4-6% (932-962 against 883-923 TFLOPS at
+# S16K); at d128 the two are level (735-768 against 738-766)
 FASTER_HEAD_DIMS = (256,)
 
 
@@ -29,16 +29,13 @@ def supported(d: int, block_m: int, block_n: int) -> bool:
 
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, overlap=None, exp_fma=None,
+    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, overlap=None,
 ):
     """Run the kernel on a packed FP8 bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128), scales
-    (heads, n_blocks). `overlap`: softmax(j) under P·V(j-1); `exp_fma` (0 or 2) of every 16 column groups take their
-    exponentials on the FMA pipe; None takes the head dim's default. Returns out (Tq, H, D) in out_dtype and lse
-    (H, Tq) fp32."""
+    (heads, n_blocks). `overlap`: softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP). Returns out
+    (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
-    default_overlap, default_exp_fma = DEFAULTS[d]
-    overlap = default_overlap if overlap is None else overlap
-    exp_fma = default_exp_fma if exp_fma is None else exp_fma
+    overlap = OVERLAP[d] if overlap is None else overlap
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out = torch.empty((total_q, heads, d), dtype=out_dtype, device=q8.device)
@@ -51,7 +48,7 @@ def attention_fp8_fwd_sm90(
     code = cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), exp_fma, int(out_dtype == torch.bfloat16),
+        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), int(out_dtype == torch.bfloat16),
         torch.cuda.current_stream(q8.device).cuda_stream,
     )
     if code != 0:

@@ -27,20 +27,20 @@ def ptxas_report(tmp_path_factory):
 
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
-    # head dim {128, 256} x causal x overlap x exp_fma {0, 2} x output {bf16, fp16}
-    assert len(ptxas_report) == 32
+    # head dim {128, 256} x causal x overlap x output {bf16, fp16}
+    assert len(ptxas_report) == 16
 
 
-TEMPLATE = re.compile(r"attn_fp8_fwdILi(?P<d>\d+)ELb(?P<causal>[01])ELb(?P<overlap>[01])ELi(?P<exp_fma>\d+)E")
+TEMPLATE = re.compile(r"attn_fp8_fwdILi(?P<d>\d+)ELb(?P<causal>[01])ELb(?P<overlap>[01])E")
 
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.DEFAULTS; d256's overlapped loop is kept for measurements and spills a little
+    # the defaults of attention_sm90.OVERLAP; d256's overlapped loop is kept for measurements and spills a little
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
-        if (t["overlap"] == "1", int(t["exp_fma"])) == attention_sm90.DEFAULTS[int(t["d"])]:
+        if (t["overlap"] == "1") == attention_sm90.OVERLAP[int(t["d"])]:
             assert "0 bytes spill stores, 0 bytes spill loads" in text, name
             checked += 1
     assert checked == 8  # 2 head dims x causal x 2 output dtypes
@@ -81,11 +81,11 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap,exp_fma", [(True, 0), (False, 0), (False, 2)], ids=["overlap", "serial", "serial-fma2"])
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, overlap, exp_fma):
+def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, overlap):
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -96,7 +96,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, b.v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, overlap=overlap, exp_fma=exp_fma,
+        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, overlap=overlap,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)

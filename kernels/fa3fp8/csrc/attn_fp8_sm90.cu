@@ -168,19 +168,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe, for finite x: 2^round(x) · p(x - round(x)), p the degree-3 fit of 2^f on [-0.5, 0.5] of
-// fastmath.POLY (relative error 7.5e-5, far below e4m3's rounding of P). x is clamped at -126 so that the
-// exponent add cannot wrap: what lies below gives a value that rounds to zero in e4m3.
-__device__ __forceinline__ float ex2_fma(float x) {
-  constexpr float kRound = 12582912.f;  // 1.5 · 2^23: adding it leaves round(x) in the low mantissa bits
-  x = fmaxf(x, -126.f);
-  const float t = __fadd_rn(x, kRound);
-  const float f = x - __fsub_rn(t, kRound);
-  const float p = fmaf(fmaf(fmaf(0.055171653628349304f, f, 0.24261115491390228f), f, 0.6932609677314758f), f,
-                       0.9999280571937561f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
@@ -212,9 +199,7 @@ __device__ __forceinline__ float reduce_row(const float (&s)[64], int i, Op op) 
 
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + P_SHIFT),
 // written back into s. Returns the factor alpha per row that rescales what was accumulated before.
-// In unmasked tiles, EXP_FMA of every 16 column groups take their exponentials on the FMA pipe instead of the
-// SFU: at d128 the SFU's 16 exponentials per clock per SM take as long as the tile's FP8 wgmma.
-template <bool MASKED, bool CAUSAL, int EXP_FMA>
+template <bool MASKED, bool CAUSAL>
 __device__ __forceinline__ void online_softmax(float (&s)[64], RowState& st, float scale, float (&alpha)[2],
                                                int n0, int row0, int seqlen_k, int diag) {
   const int t = threadIdx.x % 4;
@@ -244,10 +229,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], RowState& st, flo
   }
 #pragma unroll
   for (int r = 0; r < 64; ++r) {
-    const int c8 = r / 4, i = (r / 2) % 2;
-    const bool on_fma = !MASKED && EXP_FMA > 0 && c8 % (16 / (EXP_FMA > 0 ? EXP_FMA : 1)) == 0;
-    s[r] = MASKED ? ex2(s[r] + offset[i]) : on_fma ? ex2_fma(fmaf(s[r], scale, offset[i]))
-                                                    : ex2(fmaf(s[r], scale, offset[i]));
+    const int i = (r / 2) % 2;
+    s[r] = ex2(MASKED ? s[r] + offset[i] : fmaf(s[r], scale, offset[i]));
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add);
@@ -320,7 +303,7 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-template <int D, bool CAUSAL, bool OVERLAP, int EXP_FMA, int STAGES, typename OutT>
+template <int D, bool CAUSAL, bool OVERLAP, int STAGES, typename OutT>
 __global__ void __launch_bounds__(THREADS, 1)
     attn_fp8_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                  const __grid_constant__ CUtensorMap map_v, const Params p) {
@@ -405,9 +388,9 @@ __global__ void __launch_bounds__(THREADS, 1)
   const float* v_scale = p.v_scale + kblk;
   auto softmax_tile = [&](int j, float ks) {
     if (j * BLOCK_N >= n_full)
-      online_softmax<true, CAUSAL, EXP_FMA>(s_acc, st, qk_scale * ks, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+      online_softmax<true, CAUSAL>(s_acc, st, qk_scale * ks, alpha, j * BLOCK_N, row0, seqlen_k, diag);
     else
-      online_softmax<false, CAUSAL, EXP_FMA>(s_acc, st, qk_scale * ks, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+      online_softmax<false, CAUSAL>(s_acc, st, qk_scale * ks, alpha, j * BLOCK_N, row0, seqlen_k, diag);
   };
   // O is kept in units of the current V tile's scale: O_true = O · vs
   auto rescale = [&](float vs) {
@@ -550,11 +533,11 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, bool CAUSAL, bool OVERLAP, int EXP_FMA, typename OutT>
+template <int D, bool CAUSAL, bool OVERLAP, typename OutT>
 cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv, const Params& p, int batch,
                    int max_seqlen_q, cudaStream_t stream) {
   constexpr int STAGES = D == 128 ? 4 : 2;
-  auto kernel = attn_fp8_fwd<D, CAUSAL, OVERLAP, EXP_FMA, STAGES, OutT>;
+  auto kernel = attn_fp8_fwd<D, CAUSAL, OVERLAP, STAGES, OutT>;
   const int smem = sizeof(SharedStorage<D, STAGES>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -563,48 +546,34 @@ cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorM
   return cudaGetLastError();
 }
 
-struct Launch {
-  const CUtensorMap &mq, &mk, &mv;
-  const Params& p;
-  int batch, max_seqlen_q;
-  cudaStream_t stream;
-  bool out_bf16;
-  int exp_fma;
+template <int D, bool CAUSAL, bool OVERLAP>
+cudaError_t launch_out(bool out_bf16, const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
+                       const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
+  return out_bf16 ? launch<D, CAUSAL, OVERLAP, __nv_bfloat16>(mq, mk, mv, p, batch, max_seqlen_q, stream)
+                  : launch<D, CAUSAL, OVERLAP, __half>(mq, mk, mv, p, batch, max_seqlen_q, stream);
+}
 
-  bool overlap;
-
-  template <int D, bool CAUSAL, bool OVERLAP, int EXP_FMA>
-  cudaError_t out() const {
-    return out_bf16 ? launch<D, CAUSAL, OVERLAP, EXP_FMA, __nv_bfloat16>(mq, mk, mv, p, batch, max_seqlen_q, stream)
-                    : launch<D, CAUSAL, OVERLAP, EXP_FMA, __half>(mq, mk, mv, p, batch, max_seqlen_q, stream);
-  }
-  template <int D, bool CAUSAL, bool OVERLAP>
-  cudaError_t exp() const {
-    switch (exp_fma) {
-      case 0: return out<D, CAUSAL, OVERLAP, 0>();
-      case 2: return out<D, CAUSAL, OVERLAP, 2>();
-      default: return cudaErrorInvalidValue;
-    }
-  }
-  template <int D>
-  cudaError_t causal(bool on) const {
-    if (on) return overlap ? exp<D, true, true>() : exp<D, true, false>();
-    return overlap ? exp<D, false, true>() : exp<D, false, false>();
-  }
-};
+template <int D>
+cudaError_t launch_d(bool causal, bool overlap, bool out_bf16, const CUtensorMap& mq, const CUtensorMap& mk,
+                     const CUtensorMap& mv, const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
+  if (causal)
+    return overlap ? launch_out<D, true, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
+                   : launch_out<D, true, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
+  return overlap ? launch_out<D, false, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
+                 : launch_out<D, false, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
+}
 
 }  // namespace
 
 extern "C" {
 
 // Returns 0 on success, -1 when a tensor map could not be made, -2 for an unsupported head dim, else the CUDA error.
-// overlap: softmax(j) under P·V(j-1); exp_fma: 0 or 2 of every 16 column groups take their exponentials on the FMA
-// pipe.
+// overlap: softmax(j) runs under P·V(j-1).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int overlap, int exp_fma, int out_bf16, void* stream) {
+                        int causal, int overlap, int out_bf16, void* stream) {
   if (d != 128 && d != 256) return -2;
   CUtensorMap mq, mk, mv;
   if (!make_map(&mq, q8, total_q, (uint64_t)heads * d, BLOCK_M) ||
@@ -613,9 +582,10 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     return -1;
   const Params p{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                  heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
-  const Launch run{mq,      mk,        mv, p, batch, max_seqlen_q, static_cast<cudaStream_t>(stream), out_bf16 != 0,
-                   exp_fma, overlap != 0};
-  const cudaError_t err = d == 128 ? run.causal<128>(causal != 0) : run.causal<256>(causal != 0);
+  auto s = static_cast<cudaStream_t>(stream);
+  const cudaError_t err =
+      d == 128 ? launch_d<128>(causal != 0, overlap != 0, out_bf16 != 0, mq, mk, mv, p, batch, max_seqlen_q, s)
+               : launch_d<256>(causal != 0, overlap != 0, out_bf16 != 0, mq, mk, mv, p, batch, max_seqlen_q, s);
   return static_cast<int>(err);
 }
 
