@@ -29,11 +29,12 @@ def supported(d: int, block_m: int, block_n: int) -> bool:
 
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, overlap=None,
+    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, overlap=None, consumers=2,
 ):
     """Run the kernel on a packed FP8 bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128), scales
-    (heads, n_blocks). `overlap`: softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP). Returns out
-    (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    (heads, n_blocks). `overlap`: softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP); `consumers`:
+    2 or 3 warpgroups of 64 query rows per CTA (3: d128 without overlap). Returns out (Tq, H, D) in out_dtype and
+    lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     overlap = OVERLAP[d] if overlap is None else overlap
     total_k, kv_heads, _ = k8.shape
@@ -48,7 +49,7 @@ def attention_fp8_fwd_sm90(
     code = cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), int(out_dtype == torch.bfloat16),
+        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), consumers, int(out_dtype == torch.bfloat16),
         torch.cuda.current_stream(q8.device).cuda_stream,
     )
     if code != 0:
@@ -60,5 +61,5 @@ def _error_message(code: int) -> str:
     if code == -1:
         return "could not make a TMA tensor map (misaligned or too large tensor)"
     if code == -2:
-        return "unsupported head dim"
+        return "unsupported head dim, consumer count or loop"
     return cuda_build.load().fa3fp8_error_string(code).decode()

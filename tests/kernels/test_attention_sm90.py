@@ -27,11 +27,11 @@ def ptxas_report(tmp_path_factory):
 
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
-    # head dim {128, 256} x causal x overlap x output {bf16, fp16}
-    assert len(ptxas_report) == 16
+    # (2 consumers: head dim {128, 256} x overlap; 3 consumers: d128 in order) x causal x output {bf16, fp16}
+    assert len(ptxas_report) == 20
 
 
-TEMPLATE = re.compile(r"attn_fp8_fwdILi(?P<d>\d+)ELb(?P<causal>[01])ELb(?P<overlap>[01])E")
+TEMPLATE = re.compile(r"attn_fp8_fwdILi(?P<d>\d+)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELb(?P<overlap>[01])E")
 
 
 @needs_nvcc
@@ -40,7 +40,7 @@ def test_default_variants_have_no_spills(ptxas_report):
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
-        if (t["overlap"] == "1") == attention_sm90.OVERLAP[int(t["d"])]:
+        if t["consumers"] == "2" and (t["overlap"] == "1") == attention_sm90.OVERLAP[int(t["d"])]:
             assert "0 bytes spill stores, 0 bytes spill loads" in text, name
             checked += 1
     assert checked == 8  # 2 head dims x causal x 2 output dtypes
@@ -81,11 +81,13 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
+@pytest.mark.parametrize("overlap,consumers", [(True, 2), (False, 2), (False, 3)], ids=["overlap", "serial", "serial-3wg"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, overlap):
+def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, overlap, consumers):
+    if consumers == 3 and d != 128:
+        pytest.skip("three consumer warpgroups exist at d128 only")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -96,7 +98,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, b.v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, overlap=overlap,
+        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, overlap=overlap, consumers=consumers,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)

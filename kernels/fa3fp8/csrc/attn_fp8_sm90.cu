@@ -19,12 +19,9 @@
 
 namespace {
 
-constexpr int BLOCK_M = 128;      // query rows per CTA
-constexpr int WG_ROWS = 64;       // query rows per consumer warpgroup
+constexpr int WG_ROWS = 64;       // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int BLOCK_N = 128;      // keys per K/V tile: the bundle's K/V quantization block
 constexpr int PANEL = 128;        // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
-constexpr int THREADS = 384;      // producer warpgroup + two consumer warpgroups
-constexpr int CONSUMER_WARPS = 8;
 constexpr float P_SHIFT = 8.f;    // P is scaled by 2^8 into e4m3's normal range (reference.P_SHIFT)
 
 struct Params {
@@ -46,9 +43,9 @@ struct Params {
   float qk_scale_log2;
 };
 
-template <int D, int STAGES>
+template <int D, int BM, int STAGES>
 struct alignas(1024) SharedStorage {
-  uint8_t q[BLOCK_M * D];
+  uint8_t q[BM * D];
   uint8_t k[STAGES][BLOCK_N * D];
   uint8_t v[STAGES][D * BLOCK_N];
   uint64_t q_full;
@@ -267,12 +264,12 @@ __device__ __forceinline__ void pack_p(const float (&p)[64], uint32_t (&a)[16]) 
   }
 }
 
-template <int D>
+template <int D, int BM>
 __device__ __forceinline__ void issue_qk(float (&s)[64], const uint8_t* q_wg, const uint8_t* k_tile) {
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
     const int panel = kk / 4, col = (kk % 4) * 32;
-    const uint64_t desc_q = smem_desc(q_wg + panel * BLOCK_M * PANEL + col);
+    const uint64_t desc_q = smem_desc(q_wg + panel * BM * PANEL + col);
     const uint64_t desc_k = smem_desc(k_tile + panel * BLOCK_N * PANEL + col);
     if (kk == 0)
       wgmma_ss_first(s, desc_q, desc_k);
@@ -303,12 +300,15 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-template <int D, bool CAUSAL, bool OVERLAP, int STAGES, typename OutT>
-__global__ void __launch_bounds__(THREADS, 1)
+template <int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, int STAGES, typename OutT>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fp8_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                  const __grid_constant__ CUtensorMap map_v, const Params p) {
   extern __shared__ uint8_t smem_raw[];
-  using Storage = SharedStorage<D, STAGES>;
+  constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
+  // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+  using Storage = SharedStorage<D, BLOCK_M, STAGES>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   const int m_blk = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.empty[s], CONSUMER_WARPS);
+      mbar_init(&sm.empty[s], 4 * CONSUMERS);  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   // consumers
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
   const int cw = wg - 1;
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const float ks = k_scale[0], vs = v_scale[0];
       mbar_wait(&sm.k_full[0], 0);
       wgmma_fence();
-      issue_qk<D>(s_acc, q_wg, sm.k[0]);
+      issue_qk<D, BLOCK_M>(s_acc, q_wg, sm.k[0]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
       wait_o();
       wgmma_fence();
-      issue_qk<D>(s_acc, q_wg, sm.k[s]);
+      issue_qk<D, BLOCK_M>(s_acc, q_wg, sm.k[s]);
       wgmma_commit();
       issue_pv<D>(o, pa, sm.v[sp]);
       wgmma_commit();
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const float ks = k_scale[j], vs = v_scale[j];
       mbar_wait(&sm.k_full[s], phase);
       wgmma_fence();
-      issue_qk<D>(s_acc, q_wg, sm.k[s]);
+      issue_qk<D, BLOCK_M>(s_acc, q_wg, sm.k[s]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
@@ -533,59 +533,69 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D, bool CAUSAL, bool OVERLAP, typename OutT>
+template <int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
 cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv, const Params& p, int batch,
                    int max_seqlen_q, cudaStream_t stream) {
   constexpr int STAGES = D == 128 ? 4 : 2;
-  auto kernel = attn_fp8_fwd<D, CAUSAL, OVERLAP, STAGES, OutT>;
-  const int smem = sizeof(SharedStorage<D, STAGES>) + 1024;
+  constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
+  auto kernel = attn_fp8_fwd<D, CONSUMERS, CAUSAL, OVERLAP, STAGES, OutT>;
+  const int smem = sizeof(SharedStorage<D, BLOCK_M, STAGES>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid((max_seqlen_q + BLOCK_M - 1) / BLOCK_M, batch * p.heads);
-  kernel<<<grid, THREADS, smem, stream>>>(mq, mk, mv, p);
+  kernel<<<grid, 128 * (CONSUMERS + 1), smem, stream>>>(mq, mk, mv, p);
   return cudaGetLastError();
 }
 
-template <int D, bool CAUSAL, bool OVERLAP>
+template <int D, int CONSUMERS, bool CAUSAL, bool OVERLAP>
 cudaError_t launch_out(bool out_bf16, const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
                        const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
-  return out_bf16 ? launch<D, CAUSAL, OVERLAP, __nv_bfloat16>(mq, mk, mv, p, batch, max_seqlen_q, stream)
-                  : launch<D, CAUSAL, OVERLAP, __half>(mq, mk, mv, p, batch, max_seqlen_q, stream);
+  return out_bf16 ? launch<D, CONSUMERS, CAUSAL, OVERLAP, __nv_bfloat16>(mq, mk, mv, p, batch, max_seqlen_q, stream)
+                  : launch<D, CONSUMERS, CAUSAL, OVERLAP, __half>(mq, mk, mv, p, batch, max_seqlen_q, stream);
 }
 
-template <int D>
+template <int D, int CONSUMERS>
 cudaError_t launch_d(bool causal, bool overlap, bool out_bf16, const CUtensorMap& mq, const CUtensorMap& mk,
                      const CUtensorMap& mv, const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
   if (causal)
-    return overlap ? launch_out<D, true, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
-                   : launch_out<D, true, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
-  return overlap ? launch_out<D, false, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
-                 : launch_out<D, false, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
+    return overlap ? launch_out<D, CONSUMERS, true, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
+                   : launch_out<D, CONSUMERS, true, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
+  return overlap ? launch_out<D, CONSUMERS, false, true>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream)
+                 : launch_out<D, CONSUMERS, false, false>(out_bf16, mq, mk, mv, p, batch, max_seqlen_q, stream);
 }
 
 }  // namespace
 
 extern "C" {
 
-// Returns 0 on success, -1 when a tensor map could not be made, -2 for an unsupported head dim, else the CUDA error.
-// overlap: softmax(j) runs under P·V(j-1).
+// Returns 0 on success, -1 when a tensor map could not be made, -2 for an unsupported (head dim, consumers, overlap),
+// else the CUDA error.
+// overlap: softmax(j) runs under P·V(j-1); consumers: 2 or 3 warpgroups of 64 query rows (3: d128, in order).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int overlap, int out_bf16, void* stream) {
-  if (d != 128 && d != 256) return -2;
+                        int causal, int overlap, int consumers, int out_bf16, void* stream) {
+  // three consumers only at d128 and in order (with softmax under P·V they run out of registers and spill)
+  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || overlap)))
+    return -2;
   CUtensorMap mq, mk, mv;
-  if (!make_map(&mq, q8, total_q, (uint64_t)heads * d, BLOCK_M) ||
+  if (!make_map(&mq, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
       !make_map(&mk, k8, total_k, (uint64_t)kv_heads * d, BLOCK_N) ||
       !make_map(&mv, v8t, (uint64_t)kv_heads * d, v_cols, d))
     return -1;
   const Params p{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                  heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
   auto s = static_cast<cudaStream_t>(stream);
-  const cudaError_t err =
-      d == 128 ? launch_d<128>(causal != 0, overlap != 0, out_bf16 != 0, mq, mk, mv, p, batch, max_seqlen_q, s)
-               : launch_d<256>(causal != 0, overlap != 0, out_bf16 != 0, mq, mk, mv, p, batch, max_seqlen_q, s);
+  const bool c = causal != 0, o = overlap != 0, bf16 = out_bf16 != 0;
+  cudaError_t err;
+  if (d == 256)
+    err = launch_d<256, 2>(c, o, bf16, mq, mk, mv, p, batch, max_seqlen_q, s);
+  else if (consumers == 3)
+    err = c ? launch_out<128, 3, true, false>(bf16, mq, mk, mv, p, batch, max_seqlen_q, s)
+            : launch_out<128, 3, false, false>(bf16, mq, mk, mv, p, batch, max_seqlen_q, s);
+  else
+    err = launch_d<128, 2>(c, o, bf16, mq, mk, mv, p, batch, max_seqlen_q, s);
   return static_cast<int>(err);
 }
 
