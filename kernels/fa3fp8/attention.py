@@ -174,6 +174,7 @@ _attn_fwd_tuned = triton.autotune(
     configs=configs.CONFIGS,
     key=["D", "CAUSAL", "IS_FP8", "seq_bucket"],
     prune_configs_by={"early_config_prune": _prune},
+    cache_results=True,  # timings kept in Triton's cache dir: a restarted worker does not tune again
 )(_attn_fwd)
 
 
