@@ -1,11 +1,12 @@
 // FP8 (e4m3) forward attention for Hopper (sm_90a), FlashAttention-3's structure in CUDA C++.
 //
-// One CTA computes 128 query rows of one (sequence, head): a producer warpgroup streams Q and a ring of K/V tiles
-// into shared memory with TMA (128-byte swizzle, mbarrier completion), two consumer warpgroups of 64 rows each
-// run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between.
-// OVERLAP issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
-// (FlashAttention-3, section 3.2); without it each tile's steps run in order. Input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and
-// K (T, Hkv, D), V transposed tile by tile (Hkv, D, n_blocks_k * 128), one fp32 scale per (head, tile).
+// One CTA computes 128 (or 192) query rows of one (sequence, head): a producer warpgroup streams Q and a ring of
+// K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier completion); two (or three) consumer
+// warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the
+// online softmax between. OVERLAP issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that
+// P·V runs (FlashAttention-3, section 3.2); without it each tile's steps run in order.
+// Input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile by
+// tile (Hkv, D, n_blocks_k * 128), one fp32 scale per (head, tile). Engineering log: kernels/NOTES.md, session 3.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
