@@ -1,8 +1,8 @@
 """Launcher of the CUDA C++ FP8 forward kernel (`csrc/attn_fp8_sm90.cu`): FlashAttention-3's structure on sm_90a.
 
-A producer warpgroup streams Q and a ring of K/V tiles through TMA; two consumer warpgroups of 64 query rows run
-Q·Kᵀ and P·V on wgmma, with Q·Kᵀ of tile j issued before P·V of tile j-1 so that the softmax of tile j runs while
-the tensor cores work (`overlap`). Same inputs as the Triton kernel's FP8 path: the quantized bundle of
+A producer warpgroup streams Q and a ring of K/V tiles through TMA; two (or three) consumer warpgroups of 64 query
+rows run Q·Kᵀ and P·V on wgmma, with Q·Kᵀ of tile j issued before P·V of tile j-1 so that the softmax of tile j
+runs while the tensor cores work (`overlap`). Same inputs as the Triton kernel's FP8 path: the quantized bundle of
 `quantize_qkv` with 128-key K/V tiles and 64- or 128-row Q tiles.
 """
 
@@ -11,7 +11,6 @@ import torch
 from . import cuda_build
 
 LOG2E = 1.4426950408889634
-BLOCK_M = 128  # query rows per CTA
 BLOCK_N = 128  # keys per K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
 # head dim -> overlap, the faster on the H200 (benchmarks/results/attention-fp8-kernels-*.json): at d256 the

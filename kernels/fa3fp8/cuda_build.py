@@ -58,16 +58,21 @@ def compile_source(source: Path, output: Path, extra_flags: tuple[str, ...] = ()
     return done.stderr
 
 
+def _built() -> Path | None:
+    """The library if it is already built: beside the source (prebuilt), else in the cache directory."""
+    for folder in (SOURCE.parent, Path(env.cache_dir())):
+        if (folder / library_name(SOURCE)).is_file():
+            return folder / library_name(SOURCE)
+    return None
+
+
 def library_path() -> Path:
-    """The built library: beside the source if prebuilt there, else in the cache directory (built when missing)."""
-    name = library_name()
-    prebuilt = SOURCE.parent / name
-    if prebuilt.is_file():
-        return prebuilt
-    cached = Path(env.cache_dir()) / name
-    if not cached.is_file():
-        compile_source(SOURCE, cached)
-    return cached
+    """The built library, compiled into the cache directory when it is not there yet."""
+    built = _built()
+    if built is None:
+        built = Path(env.cache_dir()) / library_name(SOURCE)
+        compile_source(SOURCE, built)
+    return built
 
 
 @functools.cache
@@ -82,13 +87,14 @@ def load() -> ctypes.CDLL:
     return lib
 
 
+@functools.cache
 def available() -> bool:
-    """True when the library is prebuilt or cached, or nvcc is there to build it."""
-    name = library_name()
-    return (SOURCE.parent / name).is_file() or (Path(env.cache_dir()) / name).is_file() or nvcc() is not None
+    """True when the library is prebuilt or cached, or nvcc is there to build it (asked once per process: the
+    attention launcher asks on every FP8 call)."""
+    return _built() is not None or nvcc() is not None
 
 
 if __name__ == "__main__":
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else SOURCE.parent
-    compile_source(SOURCE, target / library_name())
-    print(target / library_name())
+    compile_source(SOURCE, target / library_name(SOURCE))
+    print(target / library_name(SOURCE))

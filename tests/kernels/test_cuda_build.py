@@ -28,7 +28,15 @@ def test_compile_error_reports_nvcc_output(tmp_path):
     assert not list((tmp_path / "out").glob("*.so"))  # no partial library left behind
 
 
-def test_prebuilt_library_is_used_without_nvcc(tmp_path, monkeypatch):
+@pytest.fixture
+def fresh_availability():
+    """available() is asked once per process: these tests ask again, and leave no answer behind."""
+    cuda_build.available.cache_clear()
+    yield
+    cuda_build.available.cache_clear()
+
+
+def test_prebuilt_library_is_used_without_nvcc(tmp_path, monkeypatch, fresh_availability):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     (tmp_path / cuda_build.library_name()).write_bytes(b"")
     monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
@@ -36,7 +44,7 @@ def test_prebuilt_library_is_used_without_nvcc(tmp_path, monkeypatch):
     assert cuda_build.library_path() == tmp_path / cuda_build.library_name()
 
 
-def test_unavailable_without_nvcc_or_library(tmp_path, monkeypatch):
+def test_unavailable_without_nvcc_or_library(tmp_path, monkeypatch, fresh_availability):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
     monkeypatch.setattr(cuda_build, "SOURCE", tmp_path / "attn.cu")
