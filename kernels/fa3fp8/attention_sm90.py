@@ -48,8 +48,8 @@ def attention_fp8_fwd_sm90(
     code = cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), consumers, int(out_dtype == torch.bfloat16),
-        torch.cuda.current_stream(q8.device).cuda_stream,
+        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), consumers,
+        int(out_dtype == torch.bfloat16), torch.cuda.current_stream(q8.device).cuda_stream,
     )
     if code != 0:
         raise RuntimeError(f"fa3fp8 CUDA kernel failed: {_error_message(code)}")

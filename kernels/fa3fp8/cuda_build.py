@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import env
@@ -89,9 +90,17 @@ def load() -> ctypes.CDLL:
 
 @functools.cache
 def available() -> bool:
-    """True when the library is prebuilt or cached, or nvcc is there to build it (asked once per process: the
-    attention launcher asks on every FP8 call)."""
-    return _built() is not None or nvcc() is not None
+    """True when the library loads, built first if need be; False, with a warning, when it is not built and there is
+    no nvcc, or the build or the load fails: the Triton kernel serves then. Asked once per process (the attention
+    launcher asks on every FP8 call)."""
+    if _built() is None and nvcc() is None:
+        return False
+    try:
+        load()
+    except (AttributeError, OSError, RuntimeError) as exc:  # a failed build or load, a missing symbol
+        warnings.warn(f"fa3fp8: no CUDA kernel library, the Triton kernel serves: {exc}", RuntimeWarning)
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The CUDA C++ FP8 kernel (`csrc/attn_fp8_sm90.cu`): compiled for sm_90a with nvcc on any machine that has it
-(ptxas's report: no spills in the default variants, no serialized wgmma), and on a Hopper GPU checked against the reference's
-FP8 math on the same quantized bundle (packed varlen, GQA, bottom-right causal, ragged tiles)."""
+(ptxas's report: no spills in the default variants, no serialized wgmma), and on a Hopper GPU checked against the
+reference's FP8 math on the same quantized bundle (packed varlen, GQA, bottom-right causal, ragged tiles)."""
 
 import re
 
@@ -81,7 +81,8 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap,consumers", [(True, 2), (False, 2), (False, 3)], ids=["overlap", "serial", "serial-3wg"])
+@pytest.mark.parametrize("overlap,consumers", [(True, 2), (False, 2), (False, 3)],
+                         ids=["overlap", "serial", "serial-3wg"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])

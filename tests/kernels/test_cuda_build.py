@@ -36,12 +36,20 @@ def fresh_availability():
     cuda_build.available.cache_clear()
 
 
-def test_prebuilt_library_is_used_without_nvcc(tmp_path, monkeypatch, fresh_availability):
+def test_built_library_is_found_without_nvcc(tmp_path, monkeypatch):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     (tmp_path / cuda_build.library_name()).write_bytes(b"")
     monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    assert cuda_build.available()
     assert cuda_build.library_path() == tmp_path / cuda_build.library_name()
+
+
+def test_a_library_that_does_not_load_leaves_triton_serving(tmp_path, monkeypatch, fresh_availability):
+    monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_build, "SOURCE", tmp_path / "attn.cu")
+    (tmp_path / "attn.cu").write_text("// a library that is not one\n")
+    (tmp_path / cuda_build.library_name()).write_bytes(b"not an ELF file")
+    with pytest.warns(RuntimeWarning, match="the Triton kernel serves"):
+        assert not cuda_build.available()
 
 
 def test_unavailable_without_nvcc_or_library(tmp_path, monkeypatch, fresh_availability):
