@@ -1,4 +1,4 @@
-"""fa3fp8: FlashAttention-3-style attention kernels (BF16 and FP8) for Hopper, in Triton.
+"""fa3fp8: FlashAttention-3-style attention kernels (BF16 and FP8) for Hopper, in Triton (FP8 also in CUDA C++).
 
 Public API: `flash_attn_func`, `flash_attn_varlen_func`, `quantize_qkv`, `flash_attn_fp8_func`,
 `flash_attn_decode_func`.
