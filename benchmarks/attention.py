@@ -3,7 +3,7 @@ backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable)
 
     python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
     python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
-    python benchmarks/attention.py kernels [--out DIR]           # the FP8 forward kernels side by side, S=16K
+    python benchmarks/attention.py kernels [--out DIR]           # the forward kernels side by side, S=16K
 
 16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
 Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
@@ -281,84 +281,113 @@ def launcher(q, k, v, causal, fp8, cfg):
     return lambda: attention_fwd(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal, config=cfg)
 
 
-FP8_KERNELS = {  # name -> arguments of the CUDA launcher (None: the Triton kernel)
-    "triton": None,
-    "cuda-overlap": {"overlap": True},
-    "cuda-serial": {"overlap": False},
-    "cuda-serial-3wg": {"overlap": False, "consumers": 3},
+KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton kernel)
+    ("triton", False): None,
+    ("cuda-overlap", False): {"overlap": True},
+    ("cuda-serial", False): {"overlap": False},
+    ("triton", True): None,
+    ("cuda-overlap", True): {"overlap": True},
+    ("cuda-serial", True): {"overlap": False},
+    ("cuda-serial-3wg", True): {"overlap": False, "consumers": 3},  # d128 only
 }
+ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
 
-def fp8_kernels(args):
-    """The FP8 forward kernels on one quantized bundle per shape (S=16K, kernel-only), beside cuDNN's FP8 and SDPA
-    cuDNN bf16; each checked against the Triton kernel's output first."""
+def kernel_runner(name, fp8, q, k, v, b, causal):
+    """A closure running one forward kernel at one fixed choice (KERNELS) on dense q, k, v, or its FP8 bundle b."""
     from fa3fp8 import attention_sm90
 
+    d = q.shape[-1]
+    scale = d**-0.5
+    extra = KERNELS[(name, fp8)]
+    if fp8:
+        args = (b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
+                b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k)
+        if extra is None:
+            return lambda: attention_fwd(*args, torch.bfloat16)[0]
+        return lambda: attention_sm90.attention_fp8_fwd_sm90(*args, b.block_m, torch.bfloat16, **extra)[0]
+    (batch, seqlen), heads, kv_heads = q.shape[:2], q.shape[2], k.shape[2]
+    cu = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=q.device)
+    qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
+    if extra is None:
+        return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
+    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, **extra)[0]
+
+
+def kernels(args):
+    """The forward kernels side by side at S=16K (FP8: kernel-only, one quantized bundle per shape), beside SDPA's
+    cuDNN and flash backends (BF16) and cuDNN's FP8; each checked against the fp64 reference on a small case and
+    against the Triton kernel's output on the timed shape first."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name()
     rows, table = [], []
     seqlen = 16384
-    os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" row
-    for d in (128, 256):
-        for causal in (False, True):
-            batch, heads = shape_for(seqlen, d)
-            q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
-            b = fa3fp8.quantize_qkv(q, k, v)
-            scale = d**-0.5
-
-            def run(name, b=b, causal=causal, scale=scale):
-                extra = FP8_KERNELS[name]
-                if extra is not None:
-                    return attention_sm90.attention_fp8_fwd_sm90(
-                        b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
-                        b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k, b.block_m, torch.bfloat16,
-                        **extra)[0]
-                return attention_fwd(b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
-                                     b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k, torch.bfloat16)[0]
-
-            # three consumer warpgroups exist at d128 only
-            names = [n for n, extra in FP8_KERNELS.items() if d == 128 or (extra or {}).get("consumers", 2) == 2]
-            runners = {name: (lambda name=name: run(name)) for name in names}
-            runners["sdpa-cudnn-bf16"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
-            try:
-                runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
-            except Exception as exc:
-                print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
-            base = runners["triton"]().float()
-            for name in names:
-                diff = ((runners[name]().float() - base).norm() / base.norm()).item()
-                table.append(f"check d{d} {'causal' if causal else 'full'} {name}: rel diff to triton {diff:.2e}")
-            for name, fn in runners.items():
-                tflops = flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9
-                rows.append(dict(impl=name, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1)))
-                table.append(f"{name:16s} d{d:<4d} S{seqlen} {'causal' if causal else 'full  '} {tflops:7.1f} TFLOPS")
-            print("\n".join(table[-len(runners) - len(names):]), flush=True)
-            del q, k, v, b
-            torch.cuda.empty_cache()
+    os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" rows
+    for fp8 in (False, True):
+        dtype = "fp8" if fp8 else "bf16"
+        for d in (128, 256):
+            for causal in (False, True):
+                batch, heads = shape_for(seqlen, d)
+                q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+                b = fa3fp8.quantize_qkv(q, k, v) if fp8 else None
+                cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
+                cb = fa3fp8.quantize_qkv(cq, ck, cv) if fp8 else None
+                ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
+                names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or not n.endswith("3wg"))]
+                runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
+                if fp8:
+                    try:
+                        runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
+                    except Exception as exc:
+                        print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
+                else:
+                    runners["sdpa-cudnn"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
+                    runners["sdpa-flash"] = sdpa_runner("sdpa-flash", q, k, v, causal)
+                base = runners["triton"]().float()
+                for name in names:
+                    check = kernel_runner(name, fp8, cq, ck, cv, cb, causal)().view(ref.shape)
+                    err = ((check.double() - ref).norm() / ref.norm()).item()
+                    diff = ((runners[name]().float() - base).norm() / base.norm()).item()
+                    table.append(f"check {dtype} d{d} {'causal' if causal else 'full'} {name}: rel err vs fp64 "
+                                 f"{err:.2e}, rel diff to triton {diff:.2e}")
+                timings = {name: [] for name in runners}
+                for _ in range(ROUNDS):
+                    for name, fn in runners.items():
+                        timings[name].append(flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9)
+                for name, runs in timings.items():
+                    median, best = sorted(runs)[len(runs) // 2], max(runs)
+                    rows.append(dict(impl=name, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(median, 1),
+                                     best=round(best, 1), runs=[round(r, 1) for r in runs]))
+                    table.append(f"{dtype:4s} {name:16s} d{d:<4d} S{seqlen} {'causal' if causal else 'full  '} "
+                                 f"{median:7.1f} TFLOPS (best {best:6.1f})")
+                print("\n".join(table[-len(runners) - len(names):]), flush=True)
+                del q, k, v, b
+                torch.cuda.empty_cache()
     os.environ.pop("FA3FP8_KERNEL")
-    stem = f"attention-fp8-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+    stem = f"attention-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": ROUNDS, "rows": rows}, indent=1))
     plot_kernels(rows, out / f"{stem}.png")
     print("\n".join(t for t in table if not t.startswith("check")))
 
 
 def plot_kernels(rows, path):
-    """TFLOPS per kernel, grouped by (d, causal): the `kernels` mode's bar chart."""
+    """TFLOPS per kernel, grouped by (dtype, d, causal): the `kernels` mode's bar chart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["d"], r["causal"]) for r in rows})
+    groups = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     width = 0.8 / len(impls)
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, ax = plt.subplots(figsize=(14, 4.5))
     for n, impl in enumerate(impls):
-        values = [next((r["tflops"] for r in rows if (r["d"], r["causal"], r["impl"]) == (*g, impl)), 0) for g in groups]
+        values = [next((r["tflops"] for r in rows if (r["dtype"], r["d"], r["causal"], r["impl"]) == (*g, impl)), 0)
+                  for g in groups]
         ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
-    ax.set_xticklabels([f"d{d} {'causal' if c else 'full'}" for d, c in groups])
+    ax.set_xticklabels([f"{t} d{d} {'causal' if c else 'full'}" for t, d, c in groups], fontsize=8)
     ax.set_ylabel("TFLOPS (S=16K)")
     ax.set_ylim(0, 1.2 * max(r["tflops"] for r in rows))
     ax.grid(axis="y", alpha=0.3)
@@ -377,7 +406,7 @@ def main():
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
-    {"bench": bench, "sweep": sweep, "kernels": fp8_kernels}[args.mode](args)
+    {"bench": bench, "sweep": sweep, "kernels": kernels}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ def attention_fwd(
     is_fp8 = q_scale is not None
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
     if choice == "auto":
-        choice = "cuda" if is_fp8 and d in attention_sm90.FASTER_HEAD_DIMS else "triton"
+        choice = "cuda" if attention_sm90.faster(d, is_fp8) else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
     if choice == "ws":
         from . import attention_ws
@@ -214,6 +214,11 @@ def attention_fwd(
         out, lse = attention_sm90.attention_fp8_fwd_sm90(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
+        )
+        return out, lse, None
+    if choice == "cuda" and not is_fp8 and attention_sm90.supported_16bit(q, k, v):
+        out, lse = attention_sm90.attention_fwd_sm90(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal
         )
         return out, lse, None
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)

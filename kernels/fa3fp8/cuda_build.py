@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import env
 
-SOURCE = Path(__file__).parent / "csrc" / "attn_fp8_sm90.cu"
+SOURCE = Path(__file__).parent / "csrc" / "attn_sm90.cu"
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)  # wgmma and setmaxnreg exist only on sm_90a
 FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
 
@@ -83,6 +83,8 @@ def load() -> ctypes.CDLL:
     p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fa3fp8_attn_fp8_fwd.restype = i
     lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f, i, i, i, i, p]
+    lib.fa3fp8_attn_fwd.restype = i
+    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 7 + [f, i, i, i, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
     return lib

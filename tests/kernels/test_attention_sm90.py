@@ -1,6 +1,7 @@
-"""The CUDA C++ FP8 kernel (`csrc/attn_fp8_sm90.cu`): compiled for sm_90a with nvcc on any machine that has it
-(ptxas's report: no spills in the default variants, no serialized wgmma), and on a Hopper GPU checked against the
-reference's FP8 math on the same quantized bundle (packed varlen, GQA, bottom-right causal, ragged tiles)."""
+"""The CUDA C++ kernels (`csrc/attn_sm90.cu`): compiled for sm_90a with nvcc on any machine that has it (ptxas's
+report: no spills in the default variants, no serialized wgmma), and on a Hopper GPU checked against the references
+on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel against the reference's FP8 math
+on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttention-3's error rule."""
 
 import re
 
@@ -27,23 +28,28 @@ def ptxas_report(tmp_path_factory):
 
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
-    # (2 consumers: head dim {128, 256} x overlap; 3 consumers: d128 in order) x causal x output {bf16, fp16}
-    assert len(ptxas_report) == 20
+    # FP8: (2 consumers: head dim {128, 256} x overlap; 3 consumers: d128 in order) x causal x output {bf16, fp16};
+    # BF16/FP16: dtype x head dim {128, 256} x overlap x causal
+    assert len(ptxas_report) == 20 + 16
 
 
-TEMPLATE = re.compile(r"attn_fp8_fwdILi(?P<d>\d+)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELb(?P<overlap>[01])E")
+TEMPLATE = re.compile(
+    r"attn_fwdINS_4(?P<type>E4M3E|HalfI6__halfEE|HalfI13__nv_bfloat16EE)"
+    r"Li(?P<d>\d+)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELb(?P<overlap>[01])E"
+)
 
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.OVERLAP; d256's overlapped loop is kept for measurements and spills a little
+    # the defaults of attention_sm90.OVERLAP; FP8 d256's overlapped loop is kept for measurements and spills a little
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
-        if t["consumers"] == "2" and (t["overlap"] == "1") == attention_sm90.OVERLAP[int(t["d"])]:
+        fp8 = t["type"] == "E4M3E"
+        if t["consumers"] == "2" and (t["overlap"] == "1") == attention_sm90.OVERLAP[(int(t["d"]), fp8)]:
             assert "0 bytes spill stores, 0 bytes spill loads" in text, name
             checked += 1
-    assert checked == 8  # 2 head dims x causal x 2 output dtypes
+    assert checked == 8 + 8  # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x 2 head dims x causal
 
 
 @needs_nvcc
@@ -57,6 +63,15 @@ def test_supported_blocks():
     assert not attention_sm90.supported(64, 64, 128)
     assert not attention_sm90.supported(128, 64, 64)  # K/V scales are per 128-key tile
     assert not attention_sm90.supported(128, 32, 128)
+
+
+def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
+    q = torch.zeros(64, 2, 64, dtype=torch.bfloat16)
+    assert not attention_sm90.supported_16bit(q, q, q)  # d64 stays on Triton
+    x = torch.zeros(64 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(64, 2, 128)  # 2 bytes off a 16-byte boundary
+    assert not attention_sm90.supported_16bit(x, x, x)
+    y = torch.zeros(64, 4, 128, dtype=torch.bfloat16)[:, ::2]
+    assert not attention_sm90.supported_16bit(y, y, y)  # not contiguous
 
 
 # ------------------------------------------------------------------------------------------ on the GPU
@@ -109,4 +124,31 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     masked = torch.isinf(ref_lse)
     assert torch.equal(torch.isinf(lse), masked)
     assert (lse.double() - lse8.double())[~masked].abs().max().item() <= 2e-2
+    assert (out[masked.T] == 0).all()  # rows that see no key are zeros
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
+                         ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
+                              f"-{'causal' if c[5] else 'full'}" for c in CASES])
+def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, overlap):
+    gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
+    q, cu_q = _packed(lens_q, heads, d, gen)
+    k, cu_k = _packed(lens_k, kv_heads, d, gen)
+    v, _ = _packed(lens_k, kv_heads, d, gen)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    scale = d**-0.5
+    poison_cuda_cache()
+    out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, overlap=overlap)
+    ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
+    same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    torch_err = (same_precision.double() - ref).abs().max().item()
+    assert (out.double() - ref).abs().max().item() <= 2 * torch_err + 1e-3
+    masked = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), masked)
+    assert (lse.double() - ref_lse)[~masked].abs().max().item() <= 1e-3
     assert (out[masked.T] == 0).all()  # rows that see no key are zeros

@@ -1,0 +1,774 @@
+// Forward attention for Hopper (sm_90a) in CUDA C++ with FlashAttention-3's structure: FP8 (e4m3) and BF16/FP16.
+//
+// One CTA computes 128 (or 192) query rows of one (sequence, head): a producer warpgroup streams Q and a ring of
+// K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier completion); two (or three) consumer
+// warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the
+// online softmax between. OVERLAP issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that
+// P·V runs (FlashAttention-3, section 3.2); without it each tile's steps run in order. K and V slots are released
+// separately (K after its Q·Kᵀ, V after its P·V), so the producer refills a K slot while P·V still reads V.
+//
+// FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
+// by tile (Hkv, D, n_blocks_k * 128), one fp32 scale per (head, tile). 16-bit input is Q, K, V as they are, and
+// wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
+// Engineering log: kernels/NOTES.md, sessions 3 and 4.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace {
+
+constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
+constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
+
+// Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
+// normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
+struct E4M3 {
+  static constexpr int BYTES = 1;
+  static constexpr bool FP8 = true;
+  static constexpr float P_SHIFT = 8.f;
+};
+template <typename T>
+struct Half {
+  static constexpr int BYTES = 2;
+  static constexpr bool FP8 = false;
+  static constexpr float P_SHIFT = 0.f;
+  using Out = T;
+};
+using BF16 = Half<__nv_bfloat16>;
+using FP16 = Half<__half>;
+
+// Keys per K/V tile and ring depth. FP8: 128 keys, the bundle's K/V quantization block. 16-bit d256: 64 keys, so
+// that Q and two stages of K and V (64 + 2 x 64 KB) fit in shared memory.
+template <class E, int D>
+struct Tiles {
+  static constexpr int BLOCK_N = (!E::FP8 && D == 256) ? 64 : 128;
+  static constexpr int STAGES = (E::FP8 && D == 128) ? 4 : 2;
+};
+
+struct Params {
+  void* out;
+  float* lse;
+  const float* q_scale;  // FP8 only, like the three below
+  const float* k_scale;
+  const float* v_scale;
+  const int* cu_q;
+  const int* cu_k;
+  const int* cu_bq;
+  const int* cu_bk;
+  int heads;
+  int kv_heads;
+  int total_q;
+  int n_blocks_q;
+  int n_blocks_k;
+  int q_block;
+  float qk_scale_log2;
+};
+
+template <int Q_BYTES, int TILE_BYTES, int STAGES>
+struct alignas(1024) SharedStorage {
+  uint8_t q[Q_BYTES];
+  uint8_t k[STAGES][TILE_BYTES];
+  uint8_t v[STAGES][TILE_BYTES];
+  uint64_t q_full;
+  uint64_t k_full[STAGES];
+  uint64_t v_full[STAGES];
+  uint64_t k_empty[STAGES];
+  uint64_t v_empty[STAGES];
+};
+
+// ------------------------------------------------------------------------------------------ PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels: rows step by 128 B
+// inside groups of 8, groups by 1024 B (the stride byte offset). K-major operands (rows along M/N, 128 B of K per
+// row) leave the leading byte offset unused; MN-major ones (rows along K, 128 B of M/N per row) step from one
+// 128-byte column of M/N to the next by `leading` bytes.
+__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t leading = 16) {
+  const uint64_t addr = smem_addr(p);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Registers that an asynchronous wgmma reads or writes: the empty asm keeps the compiler from moving their uses
+// across the issue or the wait (the wgmma asm statements alone only order against each other).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Accumulator operand lists: 32 or 64 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
+#define FA_RW(x) "+f"(x)
+#define FA_WO(x) "=f"(x)
+#define FA_R4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
+#define FA_R16(c, d, i) FA_R4(c, d, i), FA_R4(c, d, i + 4), FA_R4(c, d, i + 8), FA_R4(c, d, i + 12)
+#define FA_R32(c, d) FA_R16(c, d, 0), FA_R16(c, d, 16)
+#define FA_R64(c, d) FA_R32(c, d), FA_R16(c, d, 32), FA_R16(c, d, 48)
+#define FA_ACC32                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_ACC64                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63}"
+
+// S (64 x N, fp32) = A (64 x K, shared) · B (K x N, shared), both K-major: NAME##_first overwrites S, NAME adds to
+// it. In _first the accumulator is write-only: as an input it would tie this wgmma to whatever last wrote those
+// registers (the previous tile's softmax), and ptxas then serializes every wgmma of the kernel. TAIL: the 16-bit
+// forms' transpose flags (none: both K-major); FP8 has none.
+#define FA_WGMMA_SS(NAME, INSTR, TAIL, NREGS, ACC, REGS, IA, IB, IP)                                         \
+  __device__ __forceinline__ void NAME##_first(float (&d)[NREGS], uint64_t a, uint64_t b) {                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", %" IA ", %" IB            \
+                 ", p, 1, 1" TAIL ";\n}\n"                                                                   \
+                 : REGS(FA_WO, d)                                                                            \
+                 : "l"(a), "l"(b), "r"(0));                                                                  \
+  }                                                                                                          \
+  __device__ __forceinline__ void NAME(float (&d)[NREGS], uint64_t a, uint64_t b) {                          \
+    asm volatile(INSTR " " ACC ", %" IA ", %" IB ", 1, 1, 1" TAIL ";\n" : REGS(FA_RW, d) : "l"(a), "l"(b));  \
+  }
+
+FA_WGMMA_SS(qk_e4m3_n128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", 64, FA_ACC64, FA_R64,
+            "64", "65", "66")
+FA_WGMMA_SS(qk_bf16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 0, 0", 64, FA_ACC64,
+            FA_R64, "64", "65", "66")
+FA_WGMMA_SS(qk_f16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 0, 0", 64, FA_ACC64, FA_R64,
+            "64", "65", "66")
+FA_WGMMA_SS(qk_bf16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 0, 0", 32, FA_ACC32, FA_R32,
+            "32", "33", "34")
+FA_WGMMA_SS(qk_f16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 0, 0", 32, FA_ACC32, FA_R32,
+            "32", "33", "34")
+
+// O (64 x 128, fp32) += P (64 x K, registers) · V (K x 128, shared). TAIL: the 16-bit forms read V MN-major
+// (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
+#define FA_WGMMA_RS(NAME, INSTR, TAIL)                                                                        \
+  __device__ __forceinline__ void NAME(float (&d)[64], const uint32_t* a, uint64_t b) {                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR " " FA_ACC64                             \
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1" TAIL ";\n}\n"                                        \
+                 : FA_R64(FA_RW, d)                                                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
+  }
+
+FA_WGMMA_RS(pv_e4m3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
+FA_WGMMA_RS(pv_bf16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
+FA_WGMMA_RS(pv_f16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
+
+template <class E, int N, bool FIRST>
+__device__ __forceinline__ void wgmma_qk(float (&s)[N / 2], uint64_t a, uint64_t b) {
+  if constexpr (E::FP8) {
+    static_assert(N == 128, "FP8 tiles are 128 keys");
+    FIRST ? qk_e4m3_n128_first(s, a, b) : qk_e4m3_n128(s, a, b);
+  } else if constexpr (std::is_same_v<E, BF16>) {
+    if constexpr (N == 128)
+      FIRST ? qk_bf16_n128_first(s, a, b) : qk_bf16_n128(s, a, b);
+    else
+      FIRST ? qk_bf16_n64_first(s, a, b) : qk_bf16_n64(s, a, b);
+  } else {
+    if constexpr (N == 128)
+      FIRST ? qk_f16_n128_first(s, a, b) : qk_f16_n128(s, a, b);
+    else
+      FIRST ? qk_f16_n64_first(s, a, b) : qk_f16_n64(s, a, b);
+  }
+}
+
+template <class E>
+__device__ __forceinline__ void wgmma_pv(float (&o)[64], const uint32_t* a, uint64_t b) {
+  if constexpr (E::FP8)
+    pv_e4m3(o, a, b);
+  else if constexpr (std::is_same_v<E, BF16>)
+    pv_bf16(o, a, b);
+  else
+    pv_f16(o, a, b);
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ consumer math
+
+// Per thread: rows g and g+8 of its warp's 16 (g = lane / 4), and in each 8-column group the columns 2t, 2t+1
+// (t = lane % 4): accumulator register c8 * 4 + i * 2 + j holds (row g + 8i, column 8 * c8 + 2t + j).
+struct RowState {
+  float m[2];  // running max (base 2, scaled), -inf before the first key
+  float l[2];  // this thread's part of the running sum (reduced over the quad in the epilogue)
+};
+
+// Reduction of a row's values held by one thread (2 per 8-column group): 8 independent chains then a tree. With
+// two consumer warps per scheduler there is little to hide latency behind, and one 32-long dependent chain costs
+// ~130 cycles.
+template <int NREGS, typename Op>
+__device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int i, Op op) {
+  constexpr int GROUPS = NREGS / 4;
+  static_assert(GROUPS >= 8 && GROUPS % 8 == 0, "tiles of 64 or 128 keys");
+  float part[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) part[c] = op(s[c * 4 + i * 2], s[c * 4 + i * 2 + 1]);
+#pragma unroll
+  for (int c8 = 8; c8 < GROUPS; ++c8) part[c8 % 8] = op(part[c8 % 8], op(s[c8 * 4 + i * 2], s[c8 * 4 + i * 2 + 1]));
+#pragma unroll
+  for (int width = 4; width > 0; width /= 2)
+#pragma unroll
+    for (int c = 0; c < width; ++c) part[c] = op(part[c], part[c + width]);
+  return part[0];
+}
+
+// Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + P_SHIFT),
+// written back into s. Returns the factor alpha per row that rescales what was accumulated before.
+template <bool MASKED, bool CAUSAL, int NREGS>
+__device__ __forceinline__ void online_softmax(float (&s)[NREGS], RowState& st, float scale, float p_shift,
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
+  const int t = threadIdx.x % 4;
+  auto fmax = [](float a, float b) { return fmaxf(a, b); };
+  auto add = [](float a, float b) { return a + b; };
+  if (MASKED) {
+    // diagonal band / ragged end: key n is visible to query row when n < seqlen_k and n <= row + diag
+#pragma unroll
+    for (int r = 0; r < NREGS; ++r) {
+      const int key = n0 + 8 * (r / 4) + 2 * t + r % 2;
+      const bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * ((r / 2) % 2) + diag);
+      s[r] = visible ? s[r] * scale : -INFINITY;
+    }
+  }
+  float mx[2], offset[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) mx[i] = reduce_row(s, i, fmax);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
+    const float m_new = fmaxf(st.m[i], MASKED ? mx[i] : mx[i] * scale);
+    const float m_use = (MASKED && m_new == -INFINITY) ? 0.f : m_new;
+    offset[i] = p_shift - m_use;
+    alpha[i] = ex2(st.m[i] - m_use);
+    st.m[i] = m_new;
+  }
+#pragma unroll
+  for (int r = 0; r < NREGS; ++r) {
+    const int i = (r / 2) % 2;
+    s[r] = ex2(MASKED ? s[r] + offset[i] : fmaf(s[r], scale, offset[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add);
+}
+
+// P (fp32, accumulator layout) -> A fragments of the P·V wgmma, four registers per k-step (32 keys in FP8, 16 in
+// 16-bit).
+// 16-bit: the A fragment of k-step kk wants (row g, keys 16kk + 2t, +1), (row g+8, same), (row g, keys 16kk + 8 +
+// 2t, +1), (row g+8, same): exactly the accumulator's registers 8kk .. 8kk+7 in pairs.
+// FP8: the A fragment wants keys 4t..4t+3 and 16+4t..16+4t+3 of each row, while the accumulator gave this thread
+// keys {8c + 2t, 8c + 2t + 1}: each 4-byte A register gathers two key pairs from lanes 2(t % 2) and 2(t % 2) + 1
+// of the quad, the low or high pair of their packed registers by t / 2.
+template <class E, int NREGS, int PREGS>
+__device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PREGS]) {
+  if constexpr (!E::FP8) {
+#pragma unroll
+    for (int r = 0; r < PREGS; ++r) a[r] = pack_half2<typename E::Out>(p[2 * r], p[2 * r + 1]);
+  } else {
+    const int lane = threadIdx.x % 32;
+    const int t = lane % 4;
+    const int src = (lane & ~3) | ((t & 1) * 2);
+    const uint32_t sel = (t >> 1) ? 0x7632 : 0x5410;
+#pragma unroll
+    for (int kk = 0; kk < NREGS / 16; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        uint32_t pair[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int r = (4 * kk + c) * 4 + i * 2;
+          pair[c] = pack_e4m3x2(p[r], p[r + 1]);
+        }
+        const uint32_t w01 = pair[0] | (pair[1] << 16);
+        const uint32_t w23 = pair[2] | (pair[3] << 16);
+        const uint32_t lo0 = __shfl_sync(0xffffffff, w01, src);
+        const uint32_t lo1 = __shfl_sync(0xffffffff, w01, src + 1);
+        const uint32_t hi0 = __shfl_sync(0xffffffff, w23, src);
+        const uint32_t hi1 = __shfl_sync(0xffffffff, w23, src + 1);
+        a[kk * 4 + i] = __byte_perm(lo0, lo1, sel);
+        a[kk * 4 + 2 + i] = __byte_perm(hi0, hi1, sel);
+      }
+    }
+  }
+}
+
+// S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma
+template <class E, int D, int BM, int N>
+__device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, const uint8_t* k_tile) {
+#pragma unroll
+  for (int kk = 0; kk < D * E::BYTES / 32; ++kk) {
+    const int panel = kk / 4, col = (kk % 4) * 32;
+    const uint64_t desc_q = smem_desc(q_wg + panel * BM * PANEL + col);
+    const uint64_t desc_k = smem_desc(k_tile + panel * N * PANEL + col);
+    if (kk == 0)
+      wgmma_qk<E, N, true>(s, desc_q, desc_k);
+    else
+      wgmma_qk<E, N, false>(s, desc_q, desc_k);
+  }
+}
+
+// O (64 x D as D/128 accumulators of 64 x 128) += P (64 x N keys) · V tile. FP8: the tile is V transposed (D rows
+// x 128 keys, one panel), k-steps of 32 keys are 32 bytes apart. 16-bit: the tile is V as stored (N keys x D, D/64
+// panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns of D are one panel further.
+template <class E, int D, int N, int PREGS>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t (&a)[PREGS], const uint8_t* v_tile) {
+#pragma unroll
+  for (int nb = 0; nb < D / 128; ++nb) {
+#pragma unroll
+    for (int kk = 0; kk < PREGS / 4; ++kk) {
+      uint64_t desc;
+      if constexpr (E::FP8)
+        desc = smem_desc(v_tile + nb * 128 * PANEL + kk * 32);
+      else
+        desc = smem_desc(v_tile + nb * 2 * N * PANEL + kk * 16 * PANEL, N * PANEL);
+      wgmma_pv<E>(o[nb], &a[kk * 4], desc);
+    }
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f)[2]) {
+#pragma unroll
+  for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[nb][r] *= f[(r / 2) % 2];
+}
+
+// ------------------------------------------------------------------------------------------ the kernel
+
+template <class E, int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+    attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+             const __grid_constant__ CUtensorMap map_v, const Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
+  constexpr int BLOCK_N = Tiles<E, D>::BLOCK_N;
+  constexpr int STAGES = Tiles<E, D>::STAGES;
+  constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
+  constexpr int TILE_BYTES = BLOCK_N * ROW_BYTES;    // one K or V tile
+  constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
+  constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
+  // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+  using Storage = SharedStorage<BLOCK_M * ROW_BYTES, TILE_BYTES, STAGES>;
+  Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  const int m_blk = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
+  const int b = blockIdx.y / p.heads;
+  const int h = blockIdx.y % p.heads;
+  const int hk = h / (p.heads / p.kv_heads);
+  const int q_start = p.cu_q[b];
+  const int seqlen_q = p.cu_q[b + 1] - q_start;
+  const int k_start = p.cu_k[b];
+  const int seqlen_k = p.cu_k[b + 1] - k_start;
+  const int m0 = m_blk * BLOCK_M;
+  if (m0 >= seqlen_q) return;  // past this sequence's end (varlen): the whole CTA leaves
+  const int diag = seqlen_k - seqlen_q;  // bottom-right causal alignment
+  const int hi = CAUSAL ? max(min(seqlen_k, m0 + BLOCK_M + diag), 0) : seqlen_k;
+  const int n_full = (CAUSAL ? max(min(seqlen_k, m0 + 1 + diag), 0) : seqlen_k) / BLOCK_N * BLOCK_N;
+  const int n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
+
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.q_full, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&sm.k_full[s], 1);
+      mbar_init(&sm.v_full[s], 1);
+      mbar_init(&sm.k_empty[s], 4 * CONSUMERS);  // one arrival per consumer warp
+      mbar_init(&sm.v_empty[s], 4 * CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    // producer: one thread issues every TMA copy; the warpgroup gives its registers to the consumers
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (threadIdx.x != 0) return;
+    mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
+    for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+      tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, h * ROW_BYTES + pn * PANEL, q_start + m0, &sm.q_full);
+    const int vcol = E::FP8 ? p.cu_bk[b] * BLOCK_N : 0;  // FP8: this sequence's first column of V transposed
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % STAGES;
+      const uint32_t free_phase = ((j / STAGES) & 1) ^ 1;
+      if (j >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
+      mbar_expect_tx(&sm.k_full[s], TILE_BYTES);
+      for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+        tma_load(sm.k[s] + pn * BLOCK_N * PANEL, &map_k, hk * ROW_BYTES + pn * PANEL, k_start + j * BLOCK_N,
+                 &sm.k_full[s]);
+      if (j >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
+      mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
+      if constexpr (E::FP8) {
+        tma_load(sm.v[s], &map_v, vcol + j * BLOCK_N, hk * D, &sm.v_full[s]);
+      } else {
+        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+          tma_load(sm.v[s] + pn * BLOCK_N * PANEL, &map_v, hk * ROW_BYTES + pn * PANEL, k_start + j * BLOCK_N,
+                   &sm.v_full[s]);
+      }
+    }
+    return;
+  }
+
+  // consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int cw = wg - 1;
+  const int tw = threadIdx.x % 128;
+  const int lane = tw % 32;
+  const int row0 = m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+  const int wg_m0 = m0 + cw * WG_ROWS;
+  float qk_scale = p.qk_scale_log2;
+  const float* k_scale = nullptr;  // FP8: this sequence's per-tile K and V scales
+  const float* v_scale = nullptr;
+  if constexpr (E::FP8) {
+    if (wg_m0 < seqlen_q) qk_scale *= p.q_scale[h * p.n_blocks_q + p.cu_bq[b] + wg_m0 / p.q_block];
+    const int kblk = hk * p.n_blocks_k + p.cu_bk[b];
+    k_scale = p.k_scale + kblk;
+    v_scale = p.v_scale + kblk;
+  }
+  const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
+
+  float o[D / 128][64];
+#pragma unroll
+  for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
+  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+  float s_acc[S_REGS];
+  uint32_t pa[P_REGS];
+  float alpha[2];
+  float vs_prev = 1.f;
+
+  mbar_wait(&sm.q_full, 0);
+
+  // per-tile scales are read before the barrier waits so their latency hides behind the copies and wgmma
+  auto scales = [&](int j, float& ks, float& vs) {
+    ks = 1.f, vs = 1.f;
+    if constexpr (E::FP8) ks = k_scale[j], vs = v_scale[j];
+  };
+  auto softmax_tile = [&](int j, float ks) {
+    if (j * BLOCK_N >= n_full)
+      online_softmax<true, CAUSAL>(s_acc, st, qk_scale * ks, E::P_SHIFT, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+    else
+      online_softmax<false, CAUSAL>(s_acc, st, qk_scale * ks, E::P_SHIFT, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+  };
+  // FP8: O is kept in units of the current V tile's scale, O_true = O · vs
+  auto rescale = [&](float vs) {
+    const float f[2] = {alpha[0] * (vs_prev / vs), alpha[1] * (vs_prev / vs)};
+    scale_o<D>(o, f);
+    vs_prev = vs;
+  };
+  auto release = [&](uint64_t* empty, int j) {
+    if (lane == 0) mbar_arrive(&empty[j % STAGES]);
+  };
+  auto wait_s = [&]() { fence_regs(s_acc); };
+  auto wait_o = [&]() {
+    fence_regs(pa);
+    for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
+  };
+
+  if (OVERLAP) {
+    if (n_tiles > 0) {
+      float ks, vs;
+      scales(0, ks, vs);
+      mbar_wait(&sm.k_full[0], 0);
+      wgmma_fence();
+      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[0]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_s();
+      release(sm.k_empty, 0);
+      softmax_tile(0, ks);
+      rescale(vs);
+      pack_p<E>(s_acc, pa);
+    }
+    for (int j = 1; j < n_tiles; ++j) {
+      const int s = j % STAGES, sp = (j - 1) % STAGES;
+      float ks, vs;
+      scales(j, ks, vs);
+      mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+      mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
+      wait_o();
+      wgmma_fence();
+      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[s]);
+      wgmma_commit();
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[sp]);
+      wgmma_commit();
+      wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
+      wait_s();
+      release(sm.k_empty, j);
+      softmax_tile(j, ks);
+      wgmma_wait<0>();
+      wait_o();
+      release(sm.v_empty, j - 1);
+      rescale(vs);
+      pack_p<E>(s_acc, pa);
+    }
+    if (n_tiles > 0) {
+      const int last = n_tiles - 1;
+      mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
+      wait_o();
+      wgmma_fence();
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[last % STAGES]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_o();
+      release(sm.v_empty, last);
+    }
+  } else {
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % STAGES;
+      const uint32_t phase = (j / STAGES) & 1;
+      float ks, vs;
+      scales(j, ks, vs);
+      mbar_wait(&sm.k_full[s], phase);
+      wgmma_fence();
+      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[s]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_s();
+      release(sm.k_empty, j);
+      softmax_tile(j, ks);
+      rescale(vs);
+      pack_p<E>(s_acc, pa);
+      mbar_wait(&sm.v_full[s], phase);
+      wait_o();
+      wgmma_fence();
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[s]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_o();
+      release(sm.v_empty, j);
+    }
+  }
+
+  // epilogue: O · vs / l; fully masked rows (l = 0) give zeros and lse = -inf
+  const int t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = st.l[i];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const int row = row0 + 8 * i;
+    const float inv = l == 0.f ? 0.f : vs_prev / l;
+    if (row < seqlen_q) {
+      OutT* out = static_cast<OutT*>(p.out) + (size_t)(q_start + row) * p.heads * D + h * D;
+#pragma unroll
+      for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+        for (int c8 = 0; c8 < 16; ++c8) {
+          const int col = nb * 128 + c8 * 8 + 2 * t;
+          *reinterpret_cast<uint32_t*>(out + col) =
+              pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+        }
+      if (t == 0)
+        p.lse[(size_t)h * p.total_q + q_start + row] = (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------ host side
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  if (fn == nullptr) {
+    cudaDriverEntryPointQueryResult status;
+    void* ptr = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status) ==
+            cudaSuccess &&
+        status == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }
+  return fn;
+}
+
+// 2D byte tensor (rows x cols, row stride = cols) read in [box_rows x 128 B] boxes, 128-byte swizzle
+bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows) {
+  auto encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols};
+  const cuuint32_t box[2] = {PANEL, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct Maps {
+  CUtensorMap q, k, v;
+};
+
+template <class E, int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+cudaError_t launch(const Maps& maps, const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
+  constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
+  using T = Tiles<E, D>;
+  auto kernel = attn_fwd<E, D, CONSUMERS, CAUSAL, OVERLAP, OutT>;
+  const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, T::BLOCK_N * D * E::BYTES, T::STAGES>) + 1024;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((max_seqlen_q + BLOCK_M - 1) / BLOCK_M, batch * p.heads);
+  kernel<<<grid, 128 * (CONSUMERS + 1), smem, stream>>>(maps.q, maps.k, maps.v, p);
+  return cudaGetLastError();
+}
+
+// the (causal, overlap) flags as template arguments
+template <class E, int D, int CONSUMERS, typename OutT>
+cudaError_t launch_flags(bool causal, bool overlap, const Maps& maps, const Params& p, int batch, int max_seqlen_q,
+                         cudaStream_t stream) {
+  if (causal)
+    return overlap ? launch<E, D, CONSUMERS, true, true, OutT>(maps, p, batch, max_seqlen_q, stream)
+                   : launch<E, D, CONSUMERS, true, false, OutT>(maps, p, batch, max_seqlen_q, stream);
+  return overlap ? launch<E, D, CONSUMERS, false, true, OutT>(maps, p, batch, max_seqlen_q, stream)
+                 : launch<E, D, CONSUMERS, false, false, OutT>(maps, p, batch, max_seqlen_q, stream);
+}
+
+template <class E, int D, int CONSUMERS>
+cudaError_t launch_out(bool out_bf16, bool causal, bool overlap, const Maps& maps, const Params& p, int batch,
+                       int max_seqlen_q, cudaStream_t stream) {
+  return out_bf16 ? launch_flags<E, D, CONSUMERS, __nv_bfloat16>(causal, overlap, maps, p, batch, max_seqlen_q, stream)
+                  : launch_flags<E, D, CONSUMERS, __half>(causal, overlap, maps, p, batch, max_seqlen_q, stream);
+}
+
+// three consumers only in order (with softmax under P·V they run out of registers and spill)
+template <class E, int D>
+cudaError_t launch_three_consumers(bool out_bf16, bool causal, const Maps& maps, const Params& p, int batch,
+                             int max_seqlen_q, cudaStream_t stream) {
+  if (causal)
+    return out_bf16 ? launch<E, D, 3, true, false, __nv_bfloat16>(maps, p, batch, max_seqlen_q, stream)
+                    : launch<E, D, 3, true, false, __half>(maps, p, batch, max_seqlen_q, stream);
+  return out_bf16 ? launch<E, D, 3, false, false, __nv_bfloat16>(maps, p, batch, max_seqlen_q, stream)
+                  : launch<E, D, 3, false, false, __half>(maps, p, batch, max_seqlen_q, stream);
+}
+
+}  // namespace
+
+extern "C" {
+
+// FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
+// unsupported (head dim, consumers, overlap), else the CUDA error.
+// overlap: softmax(j) runs under P·V(j-1); consumers: 2 or 3 warpgroups of 64 query rows (3: d128, in order).
+int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
+                        const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
+                        const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
+                        int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
+                        int causal, int overlap, int consumers, int out_bf16, void* stream) {
+  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || overlap)))
+    return -2;
+  Maps maps;
+  if (!make_map(&maps.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
+      !make_map(&maps.k, k8, total_k, (uint64_t)kv_heads * d, 128) ||
+      !make_map(&maps.v, v8t, (uint64_t)kv_heads * d, v_cols, d))
+    return -1;
+  const Params p{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
+                 heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool c = causal != 0, o = overlap != 0, bf16 = out_bf16 != 0;
+  cudaError_t err;
+  if (d == 256)
+    err = launch_out<E4M3, 256, 2>(bf16, c, o, maps, p, batch, max_seqlen_q, s);
+  else if (consumers == 3)
+    err = launch_three_consumers<E4M3, 128>(bf16, c, maps, p, batch, max_seqlen_q, s);
+  else
+    err = launch_out<E4M3, 128, 2>(bf16, c, o, maps, p, batch, max_seqlen_q, s);
+  return static_cast<int>(err);
+}
+
+// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype. Returns as above.
+int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
+                    const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
+                    int max_seqlen_q, float qk_scale_log2, int causal, int overlap, int bf16, void* stream) {
+  if (d != 128 && d != 256) return -2;
+  const int block_n = d == 256 ? Tiles<BF16, 256>::BLOCK_N : Tiles<BF16, 128>::BLOCK_N;
+  Maps maps;
+  if (!make_map(&maps.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
+      !make_map(&maps.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
+      !make_map(&maps.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n))
+    return -1;
+  const Params p{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
+                 0,   0,   0,       qk_scale_log2};
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool c = causal != 0, o = overlap != 0;
+  cudaError_t err;
+  if (bf16)
+    err = d == 256 ? launch_flags<BF16, 256, 2, __nv_bfloat16>(c, o, maps, p, batch, max_seqlen_q, s)
+                   : launch_flags<BF16, 128, 2, __nv_bfloat16>(c, o, maps, p, batch, max_seqlen_q, s);
+  else
+    err = d == 256 ? launch_flags<FP16, 256, 2, __half>(c, o, maps, p, batch, max_seqlen_q, s)
+                   : launch_flags<FP16, 128, 2, __half>(c, o, maps, p, batch, max_seqlen_q, s);
+  return static_cast<int>(err);
+}
+
+const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+}  // extern "C"
