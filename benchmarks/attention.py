@@ -285,6 +285,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("triton", False): None,
     ("cuda-overlap", False): {"overlap": True},
     ("cuda-serial", False): {"overlap": False},
+    ("cuda-overlap-wide", False): {"overlap": True, "wide": True},  # attention_sm90.WIDE_BLOCK_N_16BIT
     ("triton", True): None,
     ("cuda-overlap", True): {"overlap": True},
     ("cuda-serial", True): {"overlap": False},
@@ -311,7 +312,10 @@ def kernel_runner(name, fp8, q, k, v, b, causal):
     qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
     if extra is None:
         return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
-    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, **extra)[0]
+    block_n = (attention_sm90.WIDE_BLOCK_N_16BIT if extra.get("wide") else attention_sm90.BLOCK_N_16BIT)[d]
+    return lambda: attention_sm90.attention_fwd_sm90(
+        qp, kp, vp, cu, cu, seqlen, scale, causal, overlap=extra["overlap"], block_n=block_n
+    )[0]
 
 
 def kernels(args):

@@ -16,10 +16,10 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,no
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 status=0
 if [[ "$steps" == *" tests "* ]]; then
-    FA3FP8_AUTOTUNE=0 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
+    FA3FP8_AUTOTUNE=0 timeout 480 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
         --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
 fi
-if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ FP8 kernel alone: build, then its tests
+if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ kernels alone: build, then their tests
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -o addopts="" \
         --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/cuda-tests.log" | tail -25 || status=1
 fi

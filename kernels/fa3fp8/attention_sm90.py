@@ -14,12 +14,16 @@ from . import cuda_build
 LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
-# (head dim, fp8) -> overlap, the faster on the H200 (benchmarks/results/attention-*-kernels-*.json): at d256 the
-# overlapped FP8 loop spills (O is 128 registers per thread) and runs ~15% slower than the serial one
-OVERLAP = {(128, True): True, (256, True): False, (128, False): True, (256, False): True}
-# (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one: FP8 d256, +4-6% (932-962 against
-# 883-923 TFLOPS at S16K); at FP8 d128 the two are level (735-768 against 738-766)
-FASTER = {(256, True)}
+# keys per BF16/FP16 K/V tile, by head dim: the default and the other one built (csrc/attn_sm90.cu, launch_16bit)
+BLOCK_N_16BIT = {128: 128, 256: 64}
+WIDE_BLOCK_N_16BIT = {128: 176, 256: 80}
+# (head dim, fp8) -> overlap, the faster on the H200 (benchmarks/results/attention-kernels-*.json, S16K): 3-20%
+# over the serial loop everywhere; at FP8 d256 the overlapped non-causal loop spills 48 bytes and is still 9% faster
+OVERLAP = {(128, True): True, (256, True): True, (128, False): True, (256, False): True}
+# (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one (S16K, same run): BF16 +20% at d128
+# and d256 (615 / 653 against 512 / 535 TFLOPS), FP8 d256 +14% (1031 against 905); at FP8 d128 the two are level
+# (756 full / 726 causal against 733 / 753)
+FASTER = {(128, False), (256, False), (256, True)}
 
 
 def faster(d: int, fp8: bool) -> bool:
@@ -63,7 +67,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count or loop"
+        message = "unsupported head dim, tile, consumer count or loop"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -94,12 +98,16 @@ def attention_fp8_fwd_sm90(
     return out, lse
 
 
-def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, overlap=None):
+def attention_fwd_sm90(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, overlap=None, block_n=None
+):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `overlap`:
-    softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP). Returns out (Tq, H, D) in q's dtype and lse
-    (H, Tq) fp32."""
+    softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP); `block_n`: keys per K/V tile, BLOCK_N_16BIT
+    or WIDE_BLOCK_N_16BIT of the head dim (None: the first). Returns out (Tq, H, D) in q's dtype and lse (H, Tq)
+    fp32."""
     total_q, heads, d = q.shape
     overlap = OVERLAP[(d, False)] if overlap is None else overlap
+    block_n = BLOCK_N_16BIT[d] if block_n is None else block_n
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
@@ -109,6 +117,6 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        int(overlap), int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
+        int(overlap), block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

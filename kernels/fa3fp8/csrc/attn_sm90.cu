@@ -44,14 +44,6 @@ struct Half {
 using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
-// Keys per K/V tile and ring depth. FP8: 128 keys, the bundle's K/V quantization block. 16-bit d256: 64 keys, so
-// that Q and two stages of K and V (64 + 2 x 64 KB) fit in shared memory.
-template <class E, int D>
-struct Tiles {
-  static constexpr int BLOCK_N = (!E::FP8 && D == 256) ? 64 : 128;
-  static constexpr int STAGES = (E::FP8 && D == 128) ? 4 : 2;
-};
-
 struct Params {
   void* out;
   float* lse;
@@ -150,89 +142,84 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Accumulator operand lists: 32 or 64 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
+// Accumulator operand lists: 32 to 88 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
 #define FA_RW(x) "+f"(x)
 #define FA_WO(x) "=f"(x)
 #define FA_R4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
-#define FA_R16(c, d, i) FA_R4(c, d, i), FA_R4(c, d, i + 4), FA_R4(c, d, i + 8), FA_R4(c, d, i + 12)
+#define FA_R8(c, d, i) FA_R4(c, d, i), FA_R4(c, d, i + 4)
+#define FA_R16(c, d, i) FA_R8(c, d, i), FA_R8(c, d, i + 8)
 #define FA_R32(c, d) FA_R16(c, d, 0), FA_R16(c, d, 16)
+#define FA_R40(c, d) FA_R32(c, d), FA_R8(c, d, 32)
 #define FA_R64(c, d) FA_R32(c, d), FA_R16(c, d, 32), FA_R16(c, d, 48)
+#define FA_R88(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R8(c, d, 80)
 #define FA_ACC32                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_ACC40                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
 #define FA_ACC64                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
   "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63}"
+#define FA_ACC88                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "        \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "        \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "        \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87}"
 
-// S (64 x N, fp32) = A (64 x K, shared) · B (K x N, shared), both K-major: NAME##_first overwrites S, NAME adds to
-// it. In _first the accumulator is write-only: as an input it would tie this wgmma to whatever last wrote those
+// S (64 x N, fp32) = Q (64 x K, shared) · Kᵀ (K x N, shared), both K-major: `first` overwrites S, `add` adds to it.
+// In `first` the accumulator is write-only: as an input it would tie this wgmma to whatever last wrote those
 // registers (the previous tile's softmax), and ptxas then serializes every wgmma of the kernel. TAIL: the 16-bit
 // forms' transpose flags (none: both K-major); FP8 has none.
-#define FA_WGMMA_SS(NAME, INSTR, TAIL, NREGS, ACC, REGS, IA, IB, IP)                                         \
-  __device__ __forceinline__ void NAME##_first(float (&d)[NREGS], uint64_t a, uint64_t b) {                  \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", %" IA ", %" IB            \
-                 ", p, 1, 1" TAIL ";\n}\n"                                                                   \
-                 : REGS(FA_WO, d)                                                                            \
-                 : "l"(a), "l"(b), "r"(0));                                                                  \
-  }                                                                                                          \
-  __device__ __forceinline__ void NAME(float (&d)[NREGS], uint64_t a, uint64_t b) {                          \
-    asm volatile(INSTR " " ACC ", %" IA ", %" IB ", 1, 1, 1" TAIL ";\n" : REGS(FA_RW, d) : "l"(a), "l"(b));  \
-  }
+template <class E, int N>
+struct WgmmaQK;
+#define FA_WGMMA_QK(E, N, INSTR, TAIL, ACC, REGS, IA, IB, IP)                                                \
+  template <>                                                                                                \
+  struct WgmmaQK<E, N> {                                                                                     \
+    __device__ __forceinline__ static void first(float (&d)[N / 2], uint64_t a, uint64_t b) {                \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", %" IA ", %" IB          \
+                   ", p, 1, 1" TAIL ";\n}\n"                                                                 \
+                   : REGS(FA_WO, d)                                                                          \
+                   : "l"(a), "l"(b), "r"(0));                                                                \
+    }                                                                                                        \
+    __device__ __forceinline__ static void add(float (&d)[N / 2], uint64_t a, uint64_t b) {                  \
+      asm volatile(INSTR " " ACC ", %" IA ", %" IB ", 1, 1, 1" TAIL ";\n" : REGS(FA_RW, d) : "l"(a), "l"(b)); \
+    }                                                                                                        \
+  };
+#define FA_WGMMA_QK_16BIT(N, ACC, REGS, IA, IB, IP)                                                          \
+  FA_WGMMA_QK(BF16, N, "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16", ", 0, 0", ACC, REGS, IA,   \
+              IB, IP)                                                                                        \
+  FA_WGMMA_QK(FP16, N, "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", ", 0, 0", ACC, REGS, IA, IB, \
+              IP)
 
-FA_WGMMA_SS(qk_e4m3_n128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", 64, FA_ACC64, FA_R64,
-            "64", "65", "66")
-FA_WGMMA_SS(qk_bf16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 0, 0", 64, FA_ACC64,
-            FA_R64, "64", "65", "66")
-FA_WGMMA_SS(qk_f16_n128, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 0, 0", 64, FA_ACC64, FA_R64,
-            "64", "65", "66")
-FA_WGMMA_SS(qk_bf16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 0, 0", 32, FA_ACC32, FA_R32,
-            "32", "33", "34")
-FA_WGMMA_SS(qk_f16_n64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 0, 0", 32, FA_ACC32, FA_R32,
-            "32", "33", "34")
+FA_WGMMA_QK(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", FA_ACC64, FA_R64, "64", "65",
+            "66")
+FA_WGMMA_QK_16BIT(64, FA_ACC32, FA_R32, "32", "33", "34")
+FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
+FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
+FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
 // O (64 x 128, fp32) += P (64 x K, registers) · V (K x 128, shared). TAIL: the 16-bit forms read V MN-major
 // (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
-#define FA_WGMMA_RS(NAME, INSTR, TAIL)                                                                        \
-  __device__ __forceinline__ void NAME(float (&d)[64], const uint32_t* a, uint64_t b) {                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR " " FA_ACC64                             \
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1" TAIL ";\n}\n"                                        \
-                 : FA_R64(FA_RW, d)                                                                          \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
-  }
-
-FA_WGMMA_RS(pv_e4m3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
-FA_WGMMA_RS(pv_bf16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
-FA_WGMMA_RS(pv_f16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
-
-template <class E, int N, bool FIRST>
-__device__ __forceinline__ void wgmma_qk(float (&s)[N / 2], uint64_t a, uint64_t b) {
-  if constexpr (E::FP8) {
-    static_assert(N == 128, "FP8 tiles are 128 keys");
-    FIRST ? qk_e4m3_n128_first(s, a, b) : qk_e4m3_n128(s, a, b);
-  } else if constexpr (std::is_same_v<E, BF16>) {
-    if constexpr (N == 128)
-      FIRST ? qk_bf16_n128_first(s, a, b) : qk_bf16_n128(s, a, b);
-    else
-      FIRST ? qk_bf16_n64_first(s, a, b) : qk_bf16_n64(s, a, b);
-  } else {
-    if constexpr (N == 128)
-      FIRST ? qk_f16_n128_first(s, a, b) : qk_f16_n128(s, a, b);
-    else
-      FIRST ? qk_f16_n64_first(s, a, b) : qk_f16_n64(s, a, b);
-  }
-}
-
 template <class E>
-__device__ __forceinline__ void wgmma_pv(float (&o)[64], const uint32_t* a, uint64_t b) {
-  if constexpr (E::FP8)
-    pv_e4m3(o, a, b);
-  else if constexpr (std::is_same_v<E, BF16>)
-    pv_bf16(o, a, b);
-  else
-    pv_f16(o, a, b);
-}
+struct WgmmaPV;
+#define FA_WGMMA_PV(E, INSTR, TAIL)                                                                           \
+  template <>                                                                                                \
+  struct WgmmaPV<E> {                                                                                        \
+    __device__ __forceinline__ static void add(float (&d)[64], const uint32_t* a, uint64_t b) {              \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR " " FA_ACC64                           \
+                   ", {%64, %65, %66, %67}, %68, p, 1, 1" TAIL ";\n}\n"                                      \
+                   : FA_R64(FA_RW, d)                                                                        \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                            \
+    }                                                                                                        \
+  };
+
+FA_WGMMA_PV(E4M3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
+FA_WGMMA_PV(BF16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
+FA_WGMMA_PV(FP16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
@@ -270,7 +257,7 @@ struct RowState {
 template <int NREGS, typename Op>
 __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int i, Op op) {
   constexpr int GROUPS = NREGS / 4;
-  static_assert(GROUPS >= 8 && GROUPS % 8 == 0, "tiles of 64 or 128 keys");
+  static_assert(GROUPS >= 8, "tiles of at least 64 keys");
   float part[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) part[c] = op(s[c * 4 + i * 2], s[c * 4 + i * 2 + 1]);
@@ -371,9 +358,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
     const uint64_t desc_q = smem_desc(q_wg + panel * BM * PANEL + col);
     const uint64_t desc_k = smem_desc(k_tile + panel * N * PANEL + col);
     if (kk == 0)
-      wgmma_qk<E, N, true>(s, desc_q, desc_k);
+      WgmmaQK<E, N>::first(s, desc_q, desc_k);
     else
-      wgmma_qk<E, N, false>(s, desc_q, desc_k);
+      WgmmaQK<E, N>::add(s, desc_q, desc_k);
   }
 }
 
@@ -391,7 +378,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t
         desc = smem_desc(v_tile + nb * 128 * PANEL + kk * 32);
       else
         desc = smem_desc(v_tile + nb * 2 * N * PANEL + kk * 16 * PANEL, N * PANEL);
-      wgmma_pv<E>(o[nb], &a[kk * 4], desc);
+      WgmmaPV<E>::add(o[nb], &a[kk * 4], desc);
     }
   }
 }
@@ -406,14 +393,13 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-template <class E, int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+// BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const Params p) {
   extern __shared__ uint8_t smem_raw[];
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
-  constexpr int BLOCK_N = Tiles<E, D>::BLOCK_N;
-  constexpr int STAGES = Tiles<E, D>::STAGES;
   constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
   constexpr int TILE_BYTES = BLOCK_N * ROW_BYTES;    // one K or V tile
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
@@ -665,50 +651,59 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-struct Maps {
+// what every launch takes besides the kernel's template arguments
+struct Launch {
   CUtensorMap q, k, v;
+  Params p;
+  int batch;
+  int max_seqlen_q;
+  cudaStream_t stream;
 };
 
-template <class E, int D, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
-cudaError_t launch(const Maps& maps, const Params& p, int batch, int max_seqlen_q, cudaStream_t stream) {
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
-  using T = Tiles<E, D>;
-  auto kernel = attn_fwd<E, D, CONSUMERS, CAUSAL, OVERLAP, OutT>;
-  const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, T::BLOCK_N * D * E::BYTES, T::STAGES>) + 1024;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, OVERLAP, OutT>;
+  const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const dim3 grid((max_seqlen_q + BLOCK_M - 1) / BLOCK_M, batch * p.heads);
-  kernel<<<grid, 128 * (CONSUMERS + 1), smem, stream>>>(maps.q, maps.k, maps.v, p);
+  const dim3 grid((l.max_seqlen_q + BLOCK_M - 1) / BLOCK_M, l.batch * l.p.heads);
+  kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, l.p);
   return cudaGetLastError();
 }
 
 // the (causal, overlap) flags as template arguments
-template <class E, int D, int CONSUMERS, typename OutT>
-cudaError_t launch_flags(bool causal, bool overlap, const Maps& maps, const Params& p, int batch, int max_seqlen_q,
-                         cudaStream_t stream) {
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT>
+cudaError_t launch_flags(bool causal, bool overlap, const Launch& l) {
   if (causal)
-    return overlap ? launch<E, D, CONSUMERS, true, true, OutT>(maps, p, batch, max_seqlen_q, stream)
-                   : launch<E, D, CONSUMERS, true, false, OutT>(maps, p, batch, max_seqlen_q, stream);
-  return overlap ? launch<E, D, CONSUMERS, false, true, OutT>(maps, p, batch, max_seqlen_q, stream)
-                 : launch<E, D, CONSUMERS, false, false, OutT>(maps, p, batch, max_seqlen_q, stream);
+    return overlap ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, true, OutT>(l)
+                   : launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, false, OutT>(l);
+  return overlap ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, true, OutT>(l)
+                 : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, false, OutT>(l);
 }
 
-template <class E, int D, int CONSUMERS>
-cudaError_t launch_out(bool out_bf16, bool causal, bool overlap, const Maps& maps, const Params& p, int batch,
-                       int max_seqlen_q, cudaStream_t stream) {
-  return out_bf16 ? launch_flags<E, D, CONSUMERS, __nv_bfloat16>(causal, overlap, maps, p, batch, max_seqlen_q, stream)
-                  : launch_flags<E, D, CONSUMERS, __half>(causal, overlap, maps, p, batch, max_seqlen_q, stream);
+// FP8: 128-key tiles; the K/V ring holds 4 stages at d128, 2 at d256 (shared memory)
+template <int D, int CONSUMERS, typename OutT>
+cudaError_t launch_fp8(bool causal, bool overlap, const Launch& l) {
+  return launch_flags<E4M3, D, 128, D == 128 ? 4 : 2, CONSUMERS, OutT>(causal, overlap, l);
 }
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill)
-template <class E, int D>
-cudaError_t launch_three_consumers(bool out_bf16, bool causal, const Maps& maps, const Params& p, int batch,
-                             int max_seqlen_q, cudaStream_t stream) {
-  if (causal)
-    return out_bf16 ? launch<E, D, 3, true, false, __nv_bfloat16>(maps, p, batch, max_seqlen_q, stream)
-                    : launch<E, D, 3, true, false, __half>(maps, p, batch, max_seqlen_q, stream);
-  return out_bf16 ? launch<E, D, 3, false, false, __nv_bfloat16>(maps, p, batch, max_seqlen_q, stream)
-                  : launch<E, D, 3, false, false, __half>(maps, p, batch, max_seqlen_q, stream);
+template <typename OutT>
+cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
+  return causal ? launch<E4M3, 128, 128, 4, 3, true, false, OutT>(l) : launch<E4M3, 128, 128, 4, 3, false, false, OutT>(l);
+}
+
+// BF16/FP16: 2 stages; block_n 128 or 176 keys at d128, 64 or 80 at d256 (Q and two stages of K and V fill shared
+// memory: 32 + 2 x 2 x 44 KB, 64 + 2 x 2 x 40 KB). -2 for any other pair.
+template <class E>
+cudaError_t launch_16bit(int d, int block_n, bool causal, bool overlap, const Launch& l) {
+  using Out = typename E::Out;
+  if (d == 128 && block_n == 128) return launch_flags<E, 128, 128, 2, 2, Out>(causal, overlap, l);
+  if (d == 128 && block_n == 176) return launch_flags<E, 128, 176, 2, 2, Out>(causal, overlap, l);
+  if (d == 256 && block_n == 64) return launch_flags<E, 256, 64, 2, 2, Out>(causal, overlap, l);
+  if (d == 256 && block_n == 80) return launch_flags<E, 256, 80, 2, 2, Out>(causal, overlap, l);
+  return static_cast<cudaError_t>(-2);
 }
 
 }  // namespace
@@ -725,48 +720,46 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
                         int causal, int overlap, int consumers, int out_bf16, void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || overlap)))
     return -2;
-  Maps maps;
-  if (!make_map(&maps.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
-      !make_map(&maps.k, k8, total_k, (uint64_t)kv_heads * d, 128) ||
-      !make_map(&maps.v, v8t, (uint64_t)kv_heads * d, v_cols, d))
+  Launch l;
+  if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
+      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, 128) ||
+      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d))
     return -1;
-  const Params p{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
-                 heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
-  auto s = static_cast<cudaStream_t>(stream);
-  const bool c = causal != 0, o = overlap != 0, bf16 = out_bf16 != 0;
+  l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
+               heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
+  l.batch = batch;
+  l.max_seqlen_q = max_seqlen_q;
+  l.stream = static_cast<cudaStream_t>(stream);
+  const bool c = causal != 0, o = overlap != 0;
   cudaError_t err;
-  if (d == 256)
-    err = launch_out<E4M3, 256, 2>(bf16, c, o, maps, p, batch, max_seqlen_q, s);
-  else if (consumers == 3)
-    err = launch_three_consumers<E4M3, 128>(bf16, c, maps, p, batch, max_seqlen_q, s);
+  if (consumers == 3)
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, l) : launch_fp8_three_consumers<__half>(c, l);
+  else if (d == 256)
+    err = out_bf16 ? launch_fp8<256, 2, __nv_bfloat16>(c, o, l) : launch_fp8<256, 2, __half>(c, o, l);
   else
-    err = launch_out<E4M3, 128, 2>(bf16, c, o, maps, p, batch, max_seqlen_q, s);
+    err = out_bf16 ? launch_fp8<128, 2, __nv_bfloat16>(c, o, l) : launch_fp8<128, 2, __half>(c, o, l);
   return static_cast<int>(err);
 }
 
-// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype. Returns as above.
+// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype, block_n keys per
+// K/V tile (see launch_16bit). Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int overlap, int bf16, void* stream) {
-  if (d != 128 && d != 256) return -2;
-  const int block_n = d == 256 ? Tiles<BF16, 256>::BLOCK_N : Tiles<BF16, 128>::BLOCK_N;
-  Maps maps;
-  if (!make_map(&maps.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
-      !make_map(&maps.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
-      !make_map(&maps.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n))
+                    int max_seqlen_q, float qk_scale_log2, int causal, int overlap, int block_n, int bf16,
+                    void* stream) {
+  if ((d != 128 && d != 256) || block_n < 8 || block_n > 256) return -2;
+  Launch l;
+  if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
+      !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
+      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n))
     return -1;
-  const Params p{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
-                 0,   0,   0,       qk_scale_log2};
-  auto s = static_cast<cudaStream_t>(stream);
+  l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
+               0,   0,   0,       qk_scale_log2};
+  l.batch = batch;
+  l.max_seqlen_q = max_seqlen_q;
+  l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0, o = overlap != 0;
-  cudaError_t err;
-  if (bf16)
-    err = d == 256 ? launch_flags<BF16, 256, 2, __nv_bfloat16>(c, o, maps, p, batch, max_seqlen_q, s)
-                   : launch_flags<BF16, 128, 2, __nv_bfloat16>(c, o, maps, p, batch, max_seqlen_q, s);
-  else
-    err = d == 256 ? launch_flags<FP16, 256, 2, __half>(c, o, maps, p, batch, max_seqlen_q, s)
-                   : launch_flags<FP16, 128, 2, __half>(c, o, maps, p, batch, max_seqlen_q, s);
-  return static_cast<int>(err);
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, o, l) : launch_16bit<FP16>(d, block_n, c, o, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
