@@ -283,13 +283,15 @@ def launcher(q, k, v, causal, fp8, cfg):
 
 KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton kernel)
     ("triton", False): None,
-    ("cuda-overlap", False): {"overlap": True},
-    ("cuda-serial", False): {"overlap": False},
-    ("cuda-overlap-wide", False): {"overlap": True, "wide": True},  # attention_sm90.WIDE_BLOCK_N_16BIT
+    ("cuda-overlap", False): {"loop": "overlap"},
+    ("cuda-serial", False): {"loop": "serial"},
+    ("cuda-pingpong", False): {"loop": "pingpong"},
+    ("cuda-overlap-wide", False): {"loop": "overlap", "wide": True},  # attention_sm90.WIDE_BLOCK_N_16BIT
+    ("cuda-pingpong-wide", False): {"loop": "pingpong", "wide": True},
     ("triton", True): None,
-    ("cuda-overlap", True): {"overlap": True},
-    ("cuda-serial", True): {"overlap": False},
-    ("cuda-serial-3wg", True): {"overlap": False, "consumers": 3},  # d128 only
+    ("cuda-overlap", True): {"loop": "overlap"},
+    ("cuda-serial", True): {"loop": "serial"},
+    ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only
 }
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
@@ -314,7 +316,7 @@ def kernel_runner(name, fp8, q, k, v, b, causal):
         return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
     block_n = (attention_sm90.WIDE_BLOCK_N_16BIT if extra.get("wide") else attention_sm90.BLOCK_N_16BIT)[d]
     return lambda: attention_sm90.attention_fwd_sm90(
-        qp, kp, vp, cu, cu, seqlen, scale, causal, overlap=extra["overlap"], block_n=block_n
+        qp, kp, vp, cu, cu, seqlen, scale, causal, loop=extra["loop"], block_n=block_n
     )[0]
 
 
@@ -328,7 +330,7 @@ def kernels(args):
     rows, table = [], []
     seqlen = 16384
     os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" rows
-    for fp8 in (False, True):
+    for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
         dtype = "fp8" if fp8 else "bf16"
         for d in (128, 256):
             for causal in (False, True):
@@ -408,6 +410,8 @@ def main():
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
                         help="sweep: head dims, comma-separated")
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
+    parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"],
+                        help="kernels: bf16 and/or fp8, comma-separated")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     {"bench": bench, "sweep": sweep, "kernels": kernels}[args.mode](args)

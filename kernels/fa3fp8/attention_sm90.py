@@ -2,9 +2,10 @@
 and for BF16/FP16.
 
 A producer warpgroup streams Q and a ring of K/V tiles through TMA; two (or three) consumer warpgroups of 64 query
-rows run Q·Kᵀ and P·V on wgmma, with Q·Kᵀ of tile j issued before P·V of tile j-1 so that the softmax of tile j
-runs while the tensor cores work (`overlap`). FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V tiles,
-64- or 128-row Q tiles); BF16/FP16 take packed Q, K, V as they are.
+rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial" runs each tile's steps in order; "overlap"
+issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of tile j runs while the tensor cores work;
+"pingpong" (BF16/FP16) adds turns between the two consumers' wgmma issues. FP8 takes the quantized bundle of
+`quantize_qkv` (128-key K/V tiles, 64- or 128-row Q tiles); BF16/FP16 take packed Q, K, V as they are.
 """
 
 import torch
@@ -17,9 +18,10 @@ HEAD_DIMS = (128, 256)
 # keys per BF16/FP16 K/V tile, by head dim: the default and the other one built (csrc/attn_sm90.cu, launch_16bit)
 BLOCK_N_16BIT = {128: 128, 256: 64}
 WIDE_BLOCK_N_16BIT = {128: 176, 256: 80}
-# (head dim, fp8) -> overlap, the faster on the H200 (benchmarks/results/attention-kernels-*.json, S16K): 3-20%
-# over the serial loop everywhere; at FP8 d256 the overlapped non-causal loop spills 48 bytes and is still 9% faster
-OVERLAP = {(128, True): True, (256, True): True, (128, False): True, (256, False): True}
+LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
+# (head dim, fp8) -> loop, the fastest on the H200 (benchmarks/results/attention-kernels-*.json, S16K): overlap is
+# 3-20% over serial everywhere; at FP8 d256 the overlapped non-causal loop spills 48 bytes and is still 9% faster
+LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "overlap", (256, False): "overlap"}
 # (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one (S16K, same run): BF16 +20% at d128
 # and d256 (615 / 653 against 512 / 535 TFLOPS), FP8 d256 +14% (1031 against 905); at FP8 d128 the two are level
 # (756 full / 726 causal against 733 / 753)
@@ -75,14 +77,14 @@ def _check(code: int) -> None:
 
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, overlap=None, consumers=2,
+    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128), scales
-    (heads, n_blocks). `overlap`: softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP); `consumers`:
-    2 or 3 warpgroups of 64 query rows per CTA (3: d128 without overlap). Returns out (Tq, H, D) in out_dtype and
-    lse (H, Tq) fp32."""
+    (heads, n_blocks). `loop`: "serial" or "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3
+    warpgroups of 64 query rows per CTA (3: d128, serial). Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
+    fp32."""
     total_q, heads, d = q8.shape
-    overlap = OVERLAP[(d, True)] if overlap is None else overlap
+    loop = LOOP[(d, True)] if loop is None else loop
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
@@ -92,21 +94,20 @@ def attention_fp8_fwd_sm90(
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), int(overlap), consumers,
+        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers,
         int(out_dtype == torch.bfloat16), torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, overlap=None, block_n=None
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None, block_n=None
 ):
-    """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `overlap`:
-    softmax(j) under P·V(j-1) (None: the head dim's default, OVERLAP); `block_n`: keys per K/V tile, BLOCK_N_16BIT
-    or WIDE_BLOCK_N_16BIT of the head dim (None: the first). Returns out (Tq, H, D) in q's dtype and lse (H, Tq)
-    fp32."""
+    """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
+    LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, BLOCK_N_16BIT or WIDE_BLOCK_N_16BIT of
+    the head dim (None: the first). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
-    overlap = OVERLAP[(d, False)] if overlap is None else overlap
+    loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d] if block_n is None else block_n
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
@@ -117,6 +118,6 @@ def attention_fwd_sm90(
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        int(overlap), block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
+        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -29,26 +29,27 @@ def ptxas_report(tmp_path_factory):
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x overlap; 3 consumers: d128 in order) x causal x output {bf16, fp16};
-    # BF16/FP16: dtype x (head dim, key tile) {128, 256} x 2 x overlap x causal
-    assert len(ptxas_report) == 20 + 32
+    # BF16/FP16: dtype x (head dim, key tile) {128, 256} x 2 x loop {serial, overlap, pingpong} x causal
+    assert len(ptxas_report) == 20 + 48
 
 
 TEMPLATE = re.compile(
     r"attn_fwdINS_4(?P<type>E4M3E|HalfI6__halfEE|HalfI13__nv_bfloat16EE)"
-    r"Li(?P<d>\d+)ELi(?P<block_n>\d+)ELi(?P<stages>\d)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELb(?P<overlap>[01])E"
+    r"Li(?P<d>\d+)ELi(?P<block_n>\d+)ELi(?P<stages>\d)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELi(?P<loop>\d)E"
 )
 
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.OVERLAP and BLOCK_N_16BIT; FP8 d256's overlapped loop spills a little (O takes
+    # the defaults of attention_sm90.LOOP and BLOCK_N_16BIT; FP8 d256's overlapped loop spills a little (O takes
     # 128 registers per thread) and still measured 9% faster than the serial one
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
         d, fp8 = int(t["d"]), t["type"] == "E4M3E"
         default_tile = fp8 or int(t["block_n"]) == attention_sm90.BLOCK_N_16BIT[d]
-        if t["consumers"] == "2" and default_tile and (t["overlap"] == "1") == attention_sm90.OVERLAP[(d, fp8)]:
+        default_loop = int(t["loop"]) == attention_sm90.LOOPS[attention_sm90.LOOP[(d, fp8)]]
+        if t["consumers"] == "2" and default_tile and default_loop:
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
@@ -99,12 +100,12 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap,consumers", [(True, 2), (False, 2), (False, 3)],
+@pytest.mark.parametrize("loop,consumers", [("overlap", 2), ("serial", 2), ("serial", 3)],
                          ids=["overlap", "serial", "serial-3wg"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, overlap, consumers):
+def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers):
     if consumers == 3 and d != 128:
         pytest.skip("three consumer warpgroups exist at d128 only")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
@@ -117,7 +118,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, b.v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, overlap=overlap, consumers=consumers,
+        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
@@ -132,13 +133,14 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap,wide", [(True, False), (False, False), (True, True)],
-                         ids=["overlap", "serial", "overlap-wide-tile"])
+@pytest.mark.parametrize("loop,wide", [("overlap", False), ("serial", False), ("pingpong", False), ("overlap", True),
+                                       ("pingpong", True)],
+                         ids=["overlap", "serial", "pingpong", "overlap-wide-tile", "pingpong-wide-tile"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, overlap, wide):
+def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, wide):
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -148,7 +150,7 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     poison_cuda_cache()
     block_n = (attention_sm90.WIDE_BLOCK_N_16BIT if wide else attention_sm90.BLOCK_N_16BIT)[d]
     out, lse = attention_sm90.attention_fwd_sm90(
-        q, k, v, cu_q, cu_k, max(lens_q), scale, causal, overlap=overlap, block_n=block_n
+        q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop, block_n=block_n
     )
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)

@@ -3,8 +3,9 @@
 // One CTA computes 128 (or 192) query rows of one (sequence, head): a producer warpgroup streams Q and a ring of
 // K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier completion); two (or three) consumer
 // warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the
-// online softmax between. OVERLAP issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that
-// P·V runs (FlashAttention-3, section 3.2); without it each tile's steps run in order. K and V slots are released
+// online softmax between. The loop (Loop below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before
+// P·V of tile j-1 and computes softmax(j) while that P·V runs (FlashAttention-3, section 3.2), optionally with the
+// two consumers taking turns to issue their wgmma (ping-pong, section 3.1). K and V slots are released
 // separately (K after its Q·Kᵀ, V after its P·V), so the producer refills a K slot while P·V still reads V.
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
@@ -43,6 +44,11 @@ struct Half {
 };
 using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
+
+// Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
+// softmax(j) under that P·V; PINGPONG is OVERLAP with the two consumers issuing their wgmma in turns (two named
+// barriers), so that one's softmax runs while the other's matrix products hold the tensor cores.
+enum Loop { SERIAL = 0, OVERLAP = 1, PINGPONG = 2 };
 
 struct Params {
   void* out;
@@ -394,7 +400,7 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 // ------------------------------------------------------------------------------------------ the kernel
 
 // BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const Params p) {
@@ -518,19 +524,33 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if (lane == 0) mbar_arrive(&empty[j % STAGES]);
   };
   auto wait_s = [&]() { fence_regs(s_acc); };
+  // PINGPONG: before issuing, wait for the other consumer's turn to end (named barrier 1 + cw); after issuing,
+  // end this turn (barrier of the other). Consumer 0 starts without waiting and consumer 1 does not hand over its
+  // last turn, so that every barrier completes as often as it is waited on.
+  const int issues = n_tiles + 1;  // Q·Kᵀ(0), then (Q·Kᵀ(j), P·V(j-1)) for each later tile, then P·V(last)
+  auto turn_begin = [&](int issue) {
+    if (LOOP == PINGPONG && !(cw == 0 && issue == 0))
+      asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+  };
+  auto turn_end = [&](int issue) {
+    if (LOOP == PINGPONG && !(cw == 1 && issue == issues - 1))
+      asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+  };
   auto wait_o = [&]() {
     fence_regs(pa);
     for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
   };
 
-  if (OVERLAP) {
+  if (LOOP != SERIAL) {
     if (n_tiles > 0) {
       float ks, vs;
       scales(0, ks, vs);
       mbar_wait(&sm.k_full[0], 0);
+      turn_begin(0);
       wgmma_fence();
       issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[0]);
       wgmma_commit();
+      turn_end(0);
       wgmma_wait<0>();
       wait_s();
       release(sm.k_empty, 0);
@@ -545,11 +565,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
       mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
       wait_o();
+      turn_begin(j);
       wgmma_fence();
       issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[s]);
       wgmma_commit();
       issue_pv<E, D, BLOCK_N>(o, pa, sm.v[sp]);
       wgmma_commit();
+      turn_end(j);
       wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
       wait_s();
       release(sm.k_empty, j);
@@ -564,9 +586,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       const int last = n_tiles - 1;
       mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
       wait_o();
+      turn_begin(n_tiles);
       wgmma_fence();
       issue_pv<E, D, BLOCK_N>(o, pa, sm.v[last % STAGES]);
       wgmma_commit();
+      turn_end(n_tiles);
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, last);
@@ -660,10 +684,10 @@ struct Launch {
   cudaStream_t stream;
 };
 
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, bool OVERLAP, typename OutT>
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
-  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, OVERLAP, OutT>;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT>;
   const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -672,37 +696,44 @@ cudaError_t launch(const Launch& l) {
   return cudaGetLastError();
 }
 
-// the (causal, overlap) flags as template arguments
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT>
-cudaError_t launch_flags(bool causal, bool overlap, const Launch& l) {
-  if (causal)
-    return overlap ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, true, OutT>(l)
-                   : launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, false, OutT>(l);
-  return overlap ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, true, OutT>(l)
-                 : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, false, OutT>(l);
+// the causal flag and the loop as template arguments; PINGPONG only where `pingpong` (16-bit), else -2
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT, bool WITH_PINGPONG = false>
+cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
+  if (loop == SERIAL)
+    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, SERIAL, OutT>(l)
+                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, SERIAL, OutT>(l);
+  if (loop == OVERLAP)
+    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, OVERLAP, OutT>(l)
+                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, OVERLAP, OutT>(l);
+  if constexpr (WITH_PINGPONG) {
+    if (loop == PINGPONG)
+      return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, PINGPONG, OutT>(l)
+                    : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, PINGPONG, OutT>(l);
+  }
+  return static_cast<cudaError_t>(-2);
 }
 
 // FP8: 128-key tiles; the K/V ring holds 4 stages at d128, 2 at d256 (shared memory)
-template <int D, int CONSUMERS, typename OutT>
-cudaError_t launch_fp8(bool causal, bool overlap, const Launch& l) {
-  return launch_flags<E4M3, D, 128, D == 128 ? 4 : 2, CONSUMERS, OutT>(causal, overlap, l);
+template <int D, typename OutT>
+cudaError_t launch_fp8(bool causal, int loop, const Launch& l) {
+  return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
 }
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill)
 template <typename OutT>
 cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
-  return causal ? launch<E4M3, 128, 128, 4, 3, true, false, OutT>(l) : launch<E4M3, 128, 128, 4, 3, false, false, OutT>(l);
+  return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l) : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
 
 // BF16/FP16: 2 stages; block_n 128 or 176 keys at d128, 64 or 80 at d256 (Q and two stages of K and V fill shared
 // memory: 32 + 2 x 2 x 44 KB, 64 + 2 x 2 x 40 KB). -2 for any other pair.
 template <class E>
-cudaError_t launch_16bit(int d, int block_n, bool causal, bool overlap, const Launch& l) {
+cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
-  if (d == 128 && block_n == 128) return launch_flags<E, 128, 128, 2, 2, Out>(causal, overlap, l);
-  if (d == 128 && block_n == 176) return launch_flags<E, 128, 176, 2, 2, Out>(causal, overlap, l);
-  if (d == 256 && block_n == 64) return launch_flags<E, 256, 64, 2, 2, Out>(causal, overlap, l);
-  if (d == 256 && block_n == 80) return launch_flags<E, 256, 80, 2, 2, Out>(causal, overlap, l);
+  if (d == 128 && block_n == 128) return launch_loop<E, 128, 128, 2, 2, Out, true>(causal, loop, l);
+  if (d == 128 && block_n == 176) return launch_loop<E, 128, 176, 2, 2, Out, true>(causal, loop, l);
+  if (d == 256 && block_n == 64) return launch_loop<E, 256, 64, 2, 2, Out, true>(causal, loop, l);
+  if (d == 256 && block_n == 80) return launch_loop<E, 256, 80, 2, 2, Out, true>(causal, loop, l);
   return static_cast<cudaError_t>(-2);
 }
 
@@ -711,14 +742,14 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, bool overlap, const La
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, overlap), else the CUDA error.
-// overlap: softmax(j) runs under P·V(j-1); consumers: 2 or 3 warpgroups of 64 query rows (3: d128, in order).
+// unsupported (head dim, consumers, loop), else the CUDA error.
+// loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int overlap, int consumers, int out_bf16, void* stream) {
-  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || overlap)))
+                        int causal, int loop, int consumers, int out_bf16, void* stream) {
+  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || loop != SERIAL)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -730,22 +761,22 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
-  const bool c = causal != 0, o = overlap != 0;
+  const bool c = causal != 0;
   cudaError_t err;
   if (consumers == 3)
     err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, l) : launch_fp8_three_consumers<__half>(c, l);
   else if (d == 256)
-    err = out_bf16 ? launch_fp8<256, 2, __nv_bfloat16>(c, o, l) : launch_fp8<256, 2, __half>(c, o, l);
+    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, l) : launch_fp8<256, __half>(c, loop, l);
   else
-    err = out_bf16 ? launch_fp8<128, 2, __nv_bfloat16>(c, o, l) : launch_fp8<128, 2, __half>(c, o, l);
+    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, l) : launch_fp8<128, __half>(c, loop, l);
   return static_cast<int>(err);
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype, block_n keys per
-// K/V tile (see launch_16bit). Returns as above.
+// K/V tile (see launch_16bit), loop a Loop. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int overlap, int block_n, int bf16,
+                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
                     void* stream) {
   if ((d != 128 && d != 256) || block_n < 8 || block_n > 256) return -2;
   Launch l;
@@ -758,8 +789,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
-  const bool c = causal != 0, o = overlap != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, o, l) : launch_16bit<FP16>(d, block_n, c, o, l));
+  const bool c = causal != 0;
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, l) : launch_16bit<FP16>(d, block_n, c, loop, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
