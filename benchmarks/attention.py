@@ -286,8 +286,6 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-pingpong", False): {"loop": "pingpong"},
-    ("cuda-overlap-wide", False): {"loop": "overlap", "wide": True},  # attention_sm90.WIDE_BLOCK_N_16BIT
-    ("cuda-pingpong-wide", False): {"loop": "pingpong", "wide": True},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
@@ -314,10 +312,7 @@ def kernel_runner(name, fp8, q, k, v, b, causal):
     qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
     if extra is None:
         return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
-    block_n = (attention_sm90.WIDE_BLOCK_N_16BIT if extra.get("wide") else attention_sm90.BLOCK_N_16BIT)[d]
-    return lambda: attention_sm90.attention_fwd_sm90(
-        qp, kp, vp, cu, cu, seqlen, scale, causal, loop=extra["loop"], block_n=block_n
-    )[0]
+    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, **extra)[0]
 
 
 def kernels(args):

@@ -15,16 +15,15 @@ from . import cuda_build
 LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
-# keys per BF16/FP16 K/V tile, by head dim: the default and the other one built (csrc/attn_sm90.cu, launch_16bit)
-BLOCK_N_16BIT = {128: 128, 256: 64}
-WIDE_BLOCK_N_16BIT = {128: 176, 256: 80}
 LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
-# (head dim, fp8) -> loop, the fastest on the H200 (benchmarks/results/attention-kernels-*.json, S16K): overlap is
-# 3-20% over serial everywhere; at FP8 d256 the overlapped non-causal loop spills 48 bytes and is still 9% faster
-LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "overlap", (256, False): "overlap"}
-# (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one (S16K, same run): BF16 +20% at d128
-# and d256 (615 / 653 against 512 / 535 TFLOPS), FP8 d256 +14% (1031 against 905); at FP8 d128 the two are level
-# (756 full / 726 causal against 733 / 753)
+# (head dim, fp8) -> loop, the fastest on the H200 (benchmarks/results/attention-kernels-*.json, S16K). FP8: overlap
+# is 5-9% over serial (at d256 its non-causal loop spills 48 bytes and is still 9% faster). BF16: ping-pong is
+# 1-4% over overlap, which is 10-14% over serial
+LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "pingpong", (256, False): "pingpong"}
+# (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one (S16K, same runs): BF16 +19-24% at
+# d128 and d256 (622 / 602 full / causal against 515 / 507; 687 / 656 against 535 / 529 TFLOPS), FP8 d256 +12-14%
+# (1015-1031 / 966-994 against 905-908 / 886-894); at FP8 d128 the two are level (754 / 718-726 against 733-746 /
+# 753-755)
 FASTER = {(128, False), (256, False), (256, True)}
 
 
@@ -100,15 +99,11 @@ def attention_fp8_fwd_sm90(
     return out, lse
 
 
-def attention_fwd_sm90(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None, block_n=None
-):
+def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
-    LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, BLOCK_N_16BIT or WIDE_BLOCK_N_16BIT of
-    the head dim (None: the first). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    LOOPS (None: the head dim's default, LOOP). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
-    block_n = BLOCK_N_16BIT[d] if block_n is None else block_n
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
@@ -118,6 +113,6 @@ def attention_fwd_sm90(
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
+        LOOPS[loop], int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

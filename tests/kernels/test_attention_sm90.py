@@ -29,8 +29,8 @@ def ptxas_report(tmp_path_factory):
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x overlap; 3 consumers: d128 in order) x causal x output {bf16, fp16};
-    # BF16/FP16: dtype x (head dim, key tile) {128, 256} x 2 x loop {serial, overlap, pingpong} x causal
-    assert len(ptxas_report) == 20 + 48
+    # BF16/FP16: dtype x head dim {128, 256} x loop {serial, overlap, pingpong} x causal
+    assert len(ptxas_report) == 20 + 24
 
 
 TEMPLATE = re.compile(
@@ -41,15 +41,14 @@ TEMPLATE = re.compile(
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.LOOP and BLOCK_N_16BIT; FP8 d256's overlapped loop spills a little (O takes
+    # the defaults of attention_sm90.LOOP; FP8 d256's overlapped loop spills a little (O takes
     # 128 registers per thread) and still measured 9% faster than the serial one
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
         d, fp8 = int(t["d"]), t["type"] == "E4M3E"
-        default_tile = fp8 or int(t["block_n"]) == attention_sm90.BLOCK_N_16BIT[d]
         default_loop = int(t["loop"]) == attention_sm90.LOOPS[attention_sm90.LOOP[(d, fp8)]]
-        if t["consumers"] == "2" and default_tile and default_loop:
+        if t["consumers"] == "2" and default_loop:
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
@@ -133,14 +132,12 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,wide", [("overlap", False), ("serial", False), ("pingpong", False), ("overlap", True),
-                                       ("pingpong", True)],
-                         ids=["overlap", "serial", "pingpong", "overlap-wide-tile", "pingpong-wide-tile"])
+@pytest.mark.parametrize("loop", ["serial", "overlap", "pingpong"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, wide):
+def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop):
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -148,10 +145,7 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     scale = d**-0.5
     poison_cuda_cache()
-    block_n = (attention_sm90.WIDE_BLOCK_N_16BIT if wide else attention_sm90.BLOCK_N_16BIT)[d]
-    out, lse = attention_sm90.attention_fwd_sm90(
-        q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop, block_n=block_n
-    )
+    out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)
     assert out.dtype == dtype and torch.isfinite(out).all()

@@ -27,6 +27,8 @@ namespace {
 
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
+constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
+constexpr int BLOCK_N_16BIT_D256 = 80;
 
 // Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
 // normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
@@ -148,7 +150,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Accumulator operand lists: 32 to 88 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
+// Accumulator operand lists: 40, 64 or 88 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
 #define FA_RW(x) "+f"(x)
 #define FA_WO(x) "=f"(x)
 #define FA_R4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
@@ -158,9 +160,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #define FA_R40(c, d) FA_R32(c, d), FA_R8(c, d, 32)
 #define FA_R64(c, d) FA_R32(c, d), FA_R16(c, d, 32), FA_R16(c, d, 48)
 #define FA_R88(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R8(c, d, 80)
-#define FA_ACC32                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA_ACC40                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
@@ -203,9 +202,7 @@ struct WgmmaQK;
 
 FA_WGMMA_QK(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", FA_ACC64, FA_R64, "64", "65",
             "66")
-FA_WGMMA_QK_16BIT(64, FA_ACC32, FA_R32, "32", "33", "34")
 FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
-FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
 // O (64 x 128, fp32) += P (64 x K, registers) · V (K x 128, shared). TAIL: the 16-bit forms read V MN-major
@@ -725,16 +722,13 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l) : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
 
-// BF16/FP16: 2 stages; block_n 128 or 176 keys at d128, 64 or 80 at d256 (Q and two stages of K and V fill shared
-// memory: 32 + 2 x 2 x 44 KB, 64 + 2 x 2 x 40 KB). -2 for any other pair.
+// BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
+// 44 KB, 64 + 2 x 2 x 40 KB). On the H200 they ran 2-6% faster than 128- and 64-key tiles (kernels/NOTES.md).
 template <class E>
-cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
+cudaError_t launch_16bit(int d, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
-  if (d == 128 && block_n == 128) return launch_loop<E, 128, 128, 2, 2, Out, true>(causal, loop, l);
-  if (d == 128 && block_n == 176) return launch_loop<E, 128, 176, 2, 2, Out, true>(causal, loop, l);
-  if (d == 256 && block_n == 64) return launch_loop<E, 256, 64, 2, 2, Out, true>(causal, loop, l);
-  if (d == 256 && block_n == 80) return launch_loop<E, 256, 80, 2, 2, Out, true>(causal, loop, l);
-  return static_cast<cudaError_t>(-2);
+  return d == 128 ? launch_loop<E, 128, BLOCK_N_16BIT_D128, 2, 2, Out, true>(causal, loop, l)
+                  : launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out, true>(causal, loop, l);
 }
 
 }  // namespace
@@ -772,13 +766,13 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   return static_cast<int>(err);
 }
 
-// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype, block_n keys per
-// K/V tile (see launch_16bit), loop a Loop. Returns as above.
+// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop.
+// Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
-                    void* stream) {
-  if ((d != 128 && d != 256) || block_n < 8 || block_n > 256) return -2;
+                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int bf16, void* stream) {
+  if (d != 128 && d != 256) return -2;
+  const int block_n = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
@@ -790,7 +784,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, l) : launch_16bit<FP16>(d, block_n, c, loop, l));
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, c, loop, l) : launch_16bit<FP16>(d, c, loop, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
