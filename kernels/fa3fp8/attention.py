@@ -202,14 +202,6 @@ def attention_fwd(
     if choice == "auto":
         choice = "cuda" if attention_sm90.faster(d, is_fp8) else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
-    if choice == "ws":
-        from . import attention_ws
-
-        if attention_ws.supported(d, is_fp8, block_n):
-            return attention_ws.attention_fwd_ws(
-                q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-                q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype,
-            )
     if choice == "cuda" and is_fp8 and attention_sm90.supported(d, q_block, block_n):
         out, lse = attention_sm90.attention_fp8_fwd_sm90(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,

@@ -1,6 +1,6 @@
-"""The attention kernels on a Hopper GPU against the float64 reference (skipped without CUDA): the Triton kernel,
-the warp-specialized Gluon one (FA3FP8_KERNEL=ws) and the CUDA C++ one (FA3FP8_KERNEL=cuda: d128/d256, BF16, FP16
-and FP8; d64 runs the Triton kernel) through the same public functions.
+"""The attention kernels on a Hopper GPU against the float64 reference (skipped without CUDA): the Triton kernel and
+the CUDA C++ one (FA3FP8_KERNEL=cuda: d128/d256, BF16, FP16 and FP8; d64 runs the Triton kernel) through the same
+public functions.
 
 Error rule of FlashAttention-3's tests: the kernel's max error against fp64 is at most twice PyTorch's own error
 in the same precision, plus a small atol. Outputs are poisoned with NaN beforehand.
@@ -24,7 +24,7 @@ from fa3fp8.testing import case_id, poison_cuda_cache, random_qkv, rmse
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-@pytest.fixture(params=["triton", "ws", "cuda"])
+@pytest.fixture(params=["triton", "cuda"])
 def kernel(request, monkeypatch):
     """Which forward kernel the public functions launch."""
     monkeypatch.setenv("FA3FP8_KERNEL", request.param)
