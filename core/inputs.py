@@ -26,6 +26,14 @@ class InvalidJobError(ValueError):
         self.message = message
 
 
+class LimitExceededError(InvalidJobError):
+    """A job over a per-job size limit; `code` says which (`too_many_documents`, `document_too_large`)."""
+
+    def __init__(self, field: str, message: str, code: str):
+        super().__init__(field, message)
+        self.code = code
+
+
 @dataclass(frozen=True)
 class DocRef:
     """Where one document of a job comes from.
@@ -104,7 +112,10 @@ def refs_from_request(
         refs = refs_from_prefix(request.input_uri or "", storage, max_jsonl_bytes, max_document_bytes)
         inputs, field_name = JobInputs(refs), "input_uri"
     if len(inputs.refs) > max_documents:
-        raise InvalidJobError(field_name, f"{len(inputs.refs)} documents is over the limit of {max_documents} per job")
+        raise LimitExceededError(
+            field_name, f"{len(inputs.refs)} documents exceed max_documents_per_job ({max_documents})",
+            "too_many_documents",
+        )
     return inputs
 
 
@@ -120,8 +131,10 @@ def _refs_from_documents(
             doc_id = document.id or f"doc-{index}"
             encoded = document.text.encode("utf-8")
             if len(encoded) > max_document_bytes:
-                raise InvalidJobError(
-                    f"documents[{index}].text", f"{len(encoded)} bytes is over the limit of {max_document_bytes}"
+                raise LimitExceededError(
+                    f"documents[{index}].text",
+                    f"{len(encoded)} bytes exceed max_document_bytes ({max_document_bytes} bytes)",
+                    "document_too_large",
                 )
             ref = DocRef(index, doc_id, "redis", "", f"{doc_id}.txt", estimate_tokens(len(document.text)),
                          entry=len(texts))

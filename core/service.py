@@ -162,19 +162,16 @@ class JobService:
         get_logger(job_id=job_id, tenant=tenant).info("job cancel requested", previous=str(previous))
         return self.state.get(job_id)
 
-    def _output_uri(self, tenant: str, job_id: str, name: Literal["results", "errors", "manifest"]) -> str | None:
+    @staticmethod
+    def _output_uri(job: Job, name: Literal["results", "errors", "manifest"]) -> str | None:
         if name not in OUTPUT_FILES:
             raise ValueError(f"name must be one of {sorted(OUTPUT_FILES)}, got {name!r}")
-        job = self.get(tenant, job_id)
-        if job is None or not job.status.is_final:
-            return None
-        return join_uri(job.output_uri, OUTPUT_FILES[name])
+        return join_uri(job.output_uri, OUTPUT_FILES[name]) if job.status.is_final else None
 
-    def open_output(
-        self, tenant: str, job_id: str, name: Literal["results", "errors", "manifest"]
-    ) -> Iterator[bytes] | None:
-        """The job's results/errors JSONL (or manifest) in chunks; None if the job is unknown or not finished."""
-        uri = self._output_uri(tenant, job_id, name)
+    def open_output(self, job: Job, name: Literal["results", "errors", "manifest"]) -> Iterator[bytes] | None:
+        """The results/errors JSONL (or manifest) of a job from `get` in chunks; None if the job is not finished or
+        the file is missing. Taking the job, not its id, spares a second read of its state."""
+        uri = self._output_uri(job, name)
         if uri is None:
             return None
         try:
@@ -182,11 +179,10 @@ class JobService:
         except ObjectNotFound:
             return None
 
-    def presigned_output_url(
-        self, tenant: str, job_id: str, name: Literal["results", "errors", "manifest"]
-    ) -> str | None:
-        """A time-limited download URL of the output file; None if the job is unknown or not finished."""
-        uri = self._output_uri(tenant, job_id, name)
+    def presigned_output_url(self, job: Job, name: Literal["results", "errors", "manifest"]) -> str | None:
+        """A time-limited download URL of an output file of a job from `get`; None if the job is not finished or
+        the file is missing."""
+        uri = self._output_uri(job, name)
         if uri is None or not self.storage.exists(uri):
             return None
         return self.storage.presigned_url(uri, self.settings.presign_expiry_s)

@@ -5,13 +5,12 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import BaseModel
 
-from api.deps import ServiceDep, SettingsDep, TenantDep
+from api.deps import ServiceDep, TenantDep
 from api.errors import ApiError
 from api.schemas import ErrorBody, JobPage
-from core.inputs import InvalidJobError
+from core.inputs import InvalidJobError, LimitExceededError
 from core.jobs import Job, JobRequest, JobStatus
 from core.service import JobService
-from core.settings import Settings
 
 _ERRORS = {
     401: {"model": ErrorBody, "description": "missing or invalid API key"},
@@ -19,26 +18,6 @@ _ERRORS = {
     422: {"model": ErrorBody, "description": "invalid input; `field` names it"},
 }
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses={401: _ERRORS[401]})
-
-
-def _check_limits(request: JobRequest, settings: Settings) -> None:
-    """Refuse a request over the per-job document count or the per-document size, naming the limit."""
-    documents = request.documents or []
-    if len(documents) > settings.max_documents_per_job:
-        raise ApiError(
-            413,
-            "too_many_documents",
-            f"{len(documents)} documents exceed max_documents_per_job ({settings.max_documents_per_job})",
-            field="documents",
-        )
-    for index, document in enumerate(documents):
-        if document.text is not None and len(document.text.encode()) > settings.max_document_bytes:
-            raise ApiError(
-                413,
-                "document_too_large",
-                f"documents[{index}].text exceeds max_document_bytes ({settings.max_document_bytes} bytes)",
-                field=f"documents[{index}].text",
-            )
 
 
 def _json(model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -66,7 +45,6 @@ def submit_job(
     request: JobRequest,
     tenant: TenantDep,
     service: ServiceDep,
-    settings: SettingsDep,
     idempotency_key: Annotated[
         str | None, Header(description="same as the body's `idempotency_key`; the same key returns the same job")
     ] = None,
@@ -82,9 +60,10 @@ def submit_job(
                 field="idempotency_key",
             )
         request = request.model_copy(update={"idempotency_key": idempotency_key})
-    _check_limits(request, settings)
     try:
         job = service.submit(request, tenant)
+    except LimitExceededError as exc:
+        raise ApiError(413, exc.code, str(exc), field=exc.field) from None
     except InvalidJobError as exc:
         raise _invalid(exc) from None
     return _json(job, 202, {"Location": f"/v1/jobs/{job.id}"})
@@ -137,11 +116,11 @@ def _output(
             409, "job_not_finished", f"job {job_id!r} is {job.status.value}; its {name} are written when it ends"
         )
     if redirect:
-        url = service.presigned_output_url(tenant, job_id, name)
+        url = service.presigned_output_url(job, name)
         if url is not None:
             return RedirectResponse(url, status_code=307)
     else:
-        chunks = service.open_output(tenant, job_id, name)
+        chunks = service.open_output(job, name)
         if chunks is not None:
             return StreamingResponse(chunks, media_type="application/x-ndjson")
     raise ApiError(404, "output_not_found", f"job {job_id!r} has no {name} file")

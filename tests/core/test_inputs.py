@@ -5,7 +5,15 @@ import uuid
 
 import pytest
 
-from core.inputs import DocRef, InvalidJobError, pack, refs_from_prefix, refs_from_request, storage_name
+from core.inputs import (
+    DocRef,
+    InvalidJobError,
+    LimitExceededError,
+    pack,
+    refs_from_prefix,
+    refs_from_request,
+    storage_name,
+)
 from core.jobs import JobRequest
 from core.storage import S3Storage
 
@@ -58,18 +66,21 @@ def test_inline_texts_over_the_redis_limit_go_to_one_inputs_object(max_redis_byt
 
 
 @pytest.mark.parametrize(
-    ("documents", "field"),
+    ("documents", "field", "limit"),
     [
-        ([{"text": "x" * 1001}], "documents[0].text"),
-        ([{"uri": "s3://bkt/a/r.txt"}, {"uri": "s3://bkt/b/r.txt"}], "documents[1].id"),
-        ([{"text": "x"}] * 6, "documents"),
+        ([{"text": "x" * 1001}], "documents[0].text", "document_too_large"),
+        ([{"uri": "s3://bkt/a/r.txt"}, {"uri": "s3://bkt/b/r.txt"}], "documents[1].id", None),
+        ([{"text": "x"}] * 6, "documents", "too_many_documents"),
     ],
     ids=["text-over-limit", "derived-ids-collide", "too-many-documents"],
 )
-def test_bad_documents_are_refused_naming_the_field(documents: list, field: str) -> None:
+def test_bad_documents_are_refused_naming_the_field(documents: list, field: str, limit: str | None) -> None:
     with pytest.raises(InvalidJobError) as caught:
         refs_from_request(JobRequest(task="stats", documents=documents), "s3://out/t/j", None, **LIMITS)
     assert caught.value.field == field
+    # limits are their own kind of error (the API answers 413 for them, 422 for the rest)
+    assert getattr(caught.value, "code", None) == limit
+    assert isinstance(caught.value, LimitExceededError) == (limit is not None)
 
 
 def test_a_prefix_becomes_one_ref_per_object_and_per_jsonl_entry(service_settings, test_bucket: str) -> None:

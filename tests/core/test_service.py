@@ -75,7 +75,6 @@ def test_tenants_see_only_their_own_jobs(offline_service: JobService) -> None:
     assert offline_service.get("acme", job.id).id == job.id
     assert offline_service.get("beta", job.id) is None
     assert offline_service.cancel("beta", job.id) is None
-    assert offline_service.open_output("beta", job.id, "results") is None
     assert [j.id for j in offline_service.list("acme")[0]] == [job.id]
     assert offline_service.list("beta") == ([], None)
 
@@ -169,7 +168,7 @@ def test_cancel_before_any_worker_cancels_every_document(offline_service: JobSer
 
 def test_outputs_are_unavailable_until_the_job_is_final(offline_service: JobService) -> None:
     job = offline_service.submit(JobRequest(task="noop", documents=[{"text": "a"}]), "acme")
-    assert offline_service.open_output("acme", job.id, "results") is None
-    assert offline_service.presigned_output_url("acme", job.id, "errors") is None
+    assert offline_service.open_output(job, "results") is None
+    assert offline_service.presigned_output_url(job, "errors") is None
     with pytest.raises(ValueError, match="name"):
-        offline_service.open_output("acme", job.id, "secrets")
+        offline_service.open_output(job, "secrets")

@@ -24,7 +24,8 @@ def wait_final(service: JobService, tenant: str, job_id: str, wait_for, timeout:
 
 
 def read_jsonl(service: JobService, tenant: str, job_id: str, name: str) -> list[dict]:
-    return [json.loads(line) for line in b"".join(service.open_output(tenant, job_id, name)).splitlines()]
+    job = service.get(tenant, job_id)
+    return [json.loads(line) for line in b"".join(service.open_output(job, name)).splitlines()]
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def test_a_job_runs_through_the_worker_to_s3(service: JobService, celery_worker:
     assert [(r["id"], r["result"]["sentences"]) for r in results] == [("report", 15), ("note", 1)]
     [error] = read_jsonl(service, "acme", job.id, "errors")
     assert error["id"] == "blob" and "binary.txt" in error["error"]
-    url = service.presigned_output_url("acme", job.id, "results")
+    url = service.presigned_output_url(final, "results")
     assert [json.loads(line)["id"] for line in httpx.get(url).text.splitlines()] == ["report", "note"]
 
 

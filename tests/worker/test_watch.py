@@ -149,7 +149,7 @@ def test_dropped_document_is_processed_end_to_end(service_settings, celery_worke
     [job_id] = DropWatcher(settings, service).poll()
     job = wait_for(lambda: (j := service.get("dropbox", job_id)).status.is_final and j, 60, "the dropped job")
     assert job.status == JobStatus.succeeded
-    [line] = b"".join(service.open_output("dropbox", job_id, "results")).splitlines()
+    [line] = b"".join(service.open_output(job, "results")).splitlines()
     assert json.loads(line) == {"id": "memo.txt", "result": json.loads(line)["result"]}
     assert json.loads(line)["result"]["sentences"] == 3
     assert job.output_uri.startswith(f"{settings.output_uri}/dropbox/")

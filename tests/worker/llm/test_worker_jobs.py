@@ -37,7 +37,8 @@ def finished(service: JobService, job_id: str, wait_for):
 
 
 def read_jsonl(service: JobService, job_id: str, name: str) -> list[dict]:
-    return [json.loads(line) for line in b"".join(service.open_output("acme", job_id, name)).splitlines()]
+    job = service.get("acme", job_id)
+    return [json.loads(line) for line in b"".join(service.open_output(job, name)).splitlines()]
 
 
 def test_llm_tasks_through_the_worker(llm_service, wait_for):
