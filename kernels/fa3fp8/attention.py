@@ -199,18 +199,19 @@ def attention_fwd(
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
+    best = attention_sm90.best_settings(d, is_fp8, causal)
     if choice == "auto":
-        choice = "cuda" if attention_sm90.faster(d, is_fp8) else "triton"
+        choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
     if choice == "cuda" and is_fp8 and attention_sm90.supported(d, q_block, block_n):
         out, lse = attention_sm90.attention_fp8_fwd_sm90(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
+            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16, **(best or {}),
         )
         return out, lse, None
     if choice == "cuda" and not is_fp8 and attention_sm90.supported_16bit(q, k, v):
         out, lse = attention_sm90.attention_fwd_sm90(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, **(best or {})
         )
         return out, lse, None
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)

@@ -20,16 +20,21 @@ LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
 # is 5-9% over serial (at d256 its non-causal loop spills 48 bytes and is still 9% faster). BF16: ping-pong is
 # 1-4% over overlap, which is 10-14% over serial
 LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "pingpong", (256, False): "pingpong"}
-# (head dim, fp8) where FA3FP8_KERNEL=auto picks this kernel over the Triton one (S16K, same runs): BF16 +19-24% at
-# d128 and d256 (622 / 602 full / causal against 515 / 507; 687 / 656 against 535 / 529 TFLOPS), FP8 d256 +12-14%
-# (1015-1031 / 966-994 against 905-908 / 886-894); at FP8 d128 the two are level (754 / 718-726 against 733-746 /
-# 753-755)
-FASTER = {(128, False), (256, False), (256, True)}
+# (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (S16K,
+# same runs): BF16 +19-24% at d128 and d256 (622 / 602 full / causal against 515 / 507; 687 / 656 against 535 / 529
+# TFLOPS), FP8 d256 +12-14% (1015-1031 / 966-994 against 905-908 / 886-894), FP8 d128 non-causal with three
+# consumers +5-7% (773-783 against 733-746). FP8 d128 causal stays on Triton (750-755 against 718-726 overlapped).
+FASTER = {
+    **{(d, False, causal): {} for d in HEAD_DIMS for causal in (False, True)},
+    (256, True, False): {},
+    (256, True, True): {},
+    (128, True, False): {"loop": "serial", "consumers": 3},
+}
 
 
-def faster(d: int, fp8: bool) -> bool:
-    """True where FA3FP8_KERNEL=auto takes this kernel (it measured faster than the Triton one there)."""
-    return (d, fp8) in FASTER
+def best_settings(d: int, fp8: bool, causal: bool) -> dict | None:
+    """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None."""
+    return FASTER.get((d, fp8, bool(causal)))
 
 
 def supported(d: int, block_m: int, block_n: int) -> bool:

@@ -68,6 +68,18 @@ def test_supported_blocks():
     assert not attention_sm90.supported(128, 32, 128)
 
 
+def test_auto_settings_are_variants_the_library_builds():
+    # FASTER is what FA3FP8_KERNEL=auto launches: each entry must name a loop and consumer count the C entry points
+    # accept (three consumers: FP8 d128, serial; ping-pong: 16-bit only)
+    for (d, fp8, causal), settings in attention_sm90.FASTER.items():
+        assert d in attention_sm90.HEAD_DIMS
+        loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
+        assert loop in attention_sm90.LOOPS and (loop != "pingpong" or not fp8)
+        if settings.get("consumers", 2) == 3:
+            assert fp8 and d == 128 and loop == "serial"
+    assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
+
+
 def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
     q = torch.zeros(64, 2, 64, dtype=torch.bfloat16)
     assert not attention_sm90.supported_16bit(q, q, q)  # d64 stays on Triton
