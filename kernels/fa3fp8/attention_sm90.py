@@ -16,9 +16,9 @@ LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
 LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
-# (head dim, fp8) -> loop, the fastest on the H200 (benchmarks/results/attention-kernels-*.json, S16K). FP8: overlap
-# is 5-9% over serial (at d256 its non-causal loop spills 48 bytes and is still 9% faster). BF16: ping-pong is
-# 1-4% over overlap, which is 10-14% over serial
+# (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). FP8: overlap is 5-9% over serial
+# (at d256 its non-causal loop spills 48 bytes and is still 9% faster). BF16: ping-pong and overlap are level within
+# the card's run-to-run spread (one run +2-3%, the next -2-3%), both 10-14% over serial; the benchmark ran ping-pong
 LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "pingpong", (256, False): "pingpong"}
 # (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (S16K,
 # same runs): BF16 +19-24% at d128 and d256 (622 / 602 full / causal against 515 / 507; 687 / 656 against 535 / 529
@@ -73,7 +73,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, tile, consumer count or loop"
+        message = "unsupported head dim, consumer count or loop"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
