@@ -52,10 +52,12 @@ using FP16 = Half<__half>;
 // barriers), so that one's softmax runs while the other's matrix products hold the tensor cores.
 enum Loop { SERIAL = 0, OVERLAP = 1, PINGPONG = 2 };
 
+// FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
+// q_block; the 16-bit path leaves them null or 0.
 struct Params {
   void* out;
   float* lse;
-  const float* q_scale;  // FP8 only, like the three below
+  const float* q_scale;
   const float* k_scale;
   const float* v_scale;
   const int* cu_q;
