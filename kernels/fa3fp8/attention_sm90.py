@@ -16,18 +16,17 @@ LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
 LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
-# (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). FP8: overlap is 5-9% over serial
-# (at d256 its non-causal loop spills 48 bytes and is still 9% faster). BF16: ping-pong and overlap are level within
-# the card's run-to-run spread (one run +2-3%, the next -2-3%), both 10-14% over serial; the benchmark ran ping-pong
-LOOP = {(128, True): "overlap", (256, True): "overlap", (128, False): "pingpong", (256, False): "pingpong"}
-# (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (S16K,
-# same runs): BF16 +19-24% at d128 and d256 (622 / 602 full / causal against 515 / 507; 687 / 656 against 535 / 529
-# TFLOPS), FP8 d256 +12-14% (1015-1031 / 966-994 against 905-908 / 886-894), FP8 d128 non-causal with three
-# consumers +5-7% (773-783 against 733-746). FP8 d128 causal stays on Triton (750-755 against 718-726 overlapped).
+# (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
+# (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against ping-pong's
+# 617 / 594 and serial's 563 / 531, d256 728 / 696 against 712 / 677 and 625 / 627; FP8 d128 807 / 781 against
+# serial's 706 / 694, d256 1045 / 1020 against 1034 / 995.
+LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
+# (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (same run):
+# BF16 +25-35% (d128 646 / 622 against 514 / 504, d256 728 / 696 against 539 / 528), FP8 d256 +15% (1045 / 1020
+# against 903 / 889), FP8 d128 non-causal with three consumers in order +14% (838 against 734), causal overlapped
+# +4% (781 against 754; three consumers 772).
 FASTER = {
-    **{(d, False, causal): {} for d in HEAD_DIMS for causal in (False, True)},
-    (256, True, False): {},
-    (256, True, True): {},
+    **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
     (128, True, False): {"loop": "serial", "consumers": 3},
 }
 

@@ -41,8 +41,8 @@ TEMPLATE = re.compile(
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.LOOP; FP8 d256's overlapped loop spills a little (O takes
-    # 128 registers per thread) and still measured 9% faster than the serial one
+    # the defaults of attention_sm90.LOOP; FP8 d256's causal overlapped loop spills a little (O takes 128 registers
+    # per thread) and still measured faster than the serial one
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
@@ -134,8 +134,11 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     assert torch.isfinite(out).all()
-    # what is left after the reference's own FP8 math is P's rounding against a running max
-    assert rmse(out, ref8) <= 0.5 * rmse(ref8, ref) + 1e-4
+    # the kernel rounds P against a running max and in units of the largest V scale (the reference: the final max,
+    # each tile's own V scale), so the two differ by P's rounding alone; neither is the less accurate
+    fp8_err = rmse(ref8, ref)
+    assert rmse(out, ref) <= 1.1 * fp8_err + 1e-4
+    assert rmse(out, ref8) <= 0.8 * fp8_err + 1e-4
     masked = torch.isinf(ref_lse)
     assert torch.equal(torch.isinf(lse), masked)
     assert (lse.double() - lse8.double())[~masked].abs().max().item() <= 2e-2

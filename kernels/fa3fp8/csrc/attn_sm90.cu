@@ -32,16 +32,19 @@ constexpr int BLOCK_N_16BIT_D256 = 80;
 
 // Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
 // normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
+// MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
 struct E4M3 {
   static constexpr int BYTES = 1;
   static constexpr bool FP8 = true;
   static constexpr float P_SHIFT = 8.f;
+  static constexpr float MAX_SLACK = 0.5f;  // P below 2^8.5 = 362, inside e4m3's 448
 };
 template <typename T>
 struct Half {
   static constexpr int BYTES = 2;
   static constexpr bool FP8 = false;
   static constexpr float P_SHIFT = 0.f;
+  static constexpr float MAX_SLACK = 8.f;
   using Out = T;
 };
 using BF16 = Half<__nv_bfloat16>;
@@ -275,11 +278,15 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int i, Op o
   return part[0];
 }
 
-// Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + P_SHIFT),
-// written back into s. Returns the factor alpha per row that rescales what was accumulated before.
-template <bool MASKED, bool CAUSAL, int NREGS>
-__device__ __forceinline__ void online_softmax(float (&s)[NREGS], RowState& st, float scale, float p_shift,
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
+// Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + p_offset),
+// written back into s; the row sums gain the tile's p times l_unit. The running max m of this warp's rows moves
+// only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p stays below
+// 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional rescale;
+// O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
+template <class E, bool MASKED, bool CAUSAL, int NREGS>
+__device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, float scale, float p_offset,
+                                               float l_unit, float (&alpha)[2], int n0, int row0, int seqlen_k,
+                                               int diag) {
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
   auto add = [](float a, float b) { return a + b; };
@@ -293,17 +300,23 @@ __device__ __forceinline__ void online_softmax(float (&s)[NREGS], RowState& st, 
     }
   }
   float mx[2], offset[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) mx[i] = reduce_row(s, i, fmax);
+  bool passes = false;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
+    mx[i] = reduce_row(s, i, fmax);
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-    const float m_new = fmaxf(st.m[i], MASKED ? mx[i] : mx[i] * scale);
-    const float m_use = (MASKED && m_new == -INFINITY) ? 0.f : m_new;
-    offset[i] = p_shift - m_use;
-    alpha[i] = ex2(st.m[i] - m_use);
-    st.m[i] = m_new;
+    if (!MASKED) mx[i] *= scale;
+    passes |= mx[i] > st.m[i] + E::MAX_SLACK;
+  }
+  const bool moved = __any_sync(0xffffffff, passes);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m_old = st.m[i];
+    if (moved) st.m[i] = fmaxf(m_old, mx[i]);
+    const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
+    offset[i] = p_offset - m_use;
+    alpha[i] = moved ? ex2(m_old - m_use) : 1.f;
   }
 #pragma unroll
   for (int r = 0; r < NREGS; ++r) {
@@ -311,7 +324,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[NREGS], RowState& st, 
     s[r] = ex2(MASKED ? s[r] + offset[i] : fmaf(s[r], scale, offset[i]));
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add);
+  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add) * l_unit;
+  return moved;
 }
 
 // P (fp32, accumulator layout) -> A fragments of the P·V wgmma, four registers per k-step (32 keys in FP8, 16 in
@@ -498,7 +512,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   float s_acc[S_REGS];
   uint32_t pa[P_REGS];
   float alpha[2];
-  float vs_prev = 1.f;
+  bool moved;
+
+  // FP8: O is kept in units of v_max, the largest V scale of the tiles this CTA reads: tile j's P is multiplied by
+  // vs_j / v_max (a term of the exponent, log2 of at most 0), so O needs rescaling only when the max moves
+  float v_max = 1.f, log2_v_max = 0.f;
+  if constexpr (E::FP8) {
+    v_max = 0.f;
+    for (int j = lane; j < n_tiles; j += 32) v_max = fmaxf(v_max, v_scale[j]);
+#pragma unroll
+    for (int w = 16; w > 0; w /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, w));
+    log2_v_max = __log2f(v_max);
+  }
 
   mbar_wait(&sm.q_full, 0);
 
@@ -507,17 +532,22 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     ks = 1.f, vs = 1.f;
     if constexpr (E::FP8) ks = k_scale[j], vs = v_scale[j];
   };
-  auto softmax_tile = [&](int j, float ks) {
+  auto softmax_tile = [&](int j, float ks, float vs) {
+    float p_offset = E::P_SHIFT, l_unit = 1.f;
+    if constexpr (E::FP8) {
+      const float log2_v = __log2f(vs) - log2_v_max;
+      p_offset += log2_v;
+      l_unit = ex2(-log2_v);
+    }
     if (j * BLOCK_N >= n_full)
-      online_softmax<true, CAUSAL>(s_acc, st, qk_scale * ks, E::P_SHIFT, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+      moved = online_softmax<E, true, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                              seqlen_k, diag);
     else
-      online_softmax<false, CAUSAL>(s_acc, st, qk_scale * ks, E::P_SHIFT, alpha, j * BLOCK_N, row0, seqlen_k, diag);
+      moved = online_softmax<E, false, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                               seqlen_k, diag);
   };
-  // FP8: O is kept in units of the current V tile's scale, O_true = O · vs
-  auto rescale = [&](float vs) {
-    const float f[2] = {alpha[0] * (vs_prev / vs), alpha[1] * (vs_prev / vs)};
-    scale_o<D>(o, f);
-    vs_prev = vs;
+  auto rescale = [&]() {
+    if (moved) scale_o<D>(o, alpha);
   };
   auto release = [&](uint64_t* empty, int j) {
     if (lane == 0) mbar_arrive(&empty[j % STAGES]);
@@ -553,8 +583,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       wgmma_wait<0>();
       wait_s();
       release(sm.k_empty, 0);
-      softmax_tile(0, ks);
-      rescale(vs);
+      softmax_tile(0, ks, vs);
+      rescale();
       pack_p<E>(s_acc, pa);
     }
     for (int j = 1; j < n_tiles; ++j) {
@@ -574,11 +604,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
       wait_s();
       release(sm.k_empty, j);
-      softmax_tile(j, ks);
+      softmax_tile(j, ks, vs);
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j - 1);
-      rescale(vs);
+      rescale();
       pack_p<E>(s_acc, pa);
     }
     if (n_tiles > 0) {
@@ -607,8 +637,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       wgmma_wait<0>();
       wait_s();
       release(sm.k_empty, j);
-      softmax_tile(j, ks);
-      rescale(vs);
+      softmax_tile(j, ks, vs);
+      rescale();
       pack_p<E>(s_acc, pa);
       mbar_wait(&sm.v_full[s], phase);
       wait_o();
@@ -621,7 +651,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
   }
 
-  // epilogue: O · vs / l; fully masked rows (l = 0) give zeros and lse = -inf
+  // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
   const int t = lane % 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -629,7 +659,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     l += __shfl_xor_sync(0xffffffff, l, 1);
     l += __shfl_xor_sync(0xffffffff, l, 2);
     const int row = row0 + 8 * i;
-    const float inv = l == 0.f ? 0.f : vs_prev / l;
+    const float inv = l == 0.f ? 0.f : v_max / l;
     if (row < seqlen_q) {
       OutT* out = static_cast<OutT*>(p.out) + (size_t)(q_start + row) * p.heads * D + h * D;
 #pragma unroll
