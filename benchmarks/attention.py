@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 import fa3fp8  # noqa: E402
 from fa3fp8 import configs  # noqa: E402
 from fa3fp8.attention import attention_fwd  # noqa: E402
+from fa3fp8.fp8_layout import permute_v_keys  # noqa: E402
 from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
 from fa3fp8.testing import host_ms, random_qkv, rmse  # noqa: E402
 
@@ -302,7 +303,8 @@ def kernel_runner(name, fp8, q, k, v, b, causal):
     scale = d**-0.5
     extra = KERNELS[(name, fp8)]
     if fp8:
-        args = (b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
+        v8t = b.v8t if extra is None else permute_v_keys(b.v8t)  # b is quantized for the Triton kernel
+        args = (b.q8, b.k8, v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
                 b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k)
         if extra is None:
             return lambda: attention_fwd(*args, torch.bfloat16)[0]

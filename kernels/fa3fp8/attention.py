@@ -190,10 +190,12 @@ def seq_bucket(max_seqlen: int) -> int:
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
+    v_permuted=False,
 ):
     """Launch the forward kernel on packed tensors. BF16/FP16: q (Tq, H, D), k/v (Tk, Hkv, D). FP8 (when scales
-    are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N). Returns out (Tq, H, D) and
-    lse (H, Tq) fp32, and the compiled kernel; `config` (a triton.Config) bypasses autotuning."""
+    are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N); with `v_permuted` (V's keys
+    in the CUDA kernel's order) the CUDA kernel runs, else this one. Returns out (Tq, H, D) and lse (H, Tq) fp32,
+    and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
@@ -203,7 +205,9 @@ def attention_fwd(
     if choice == "auto":
         choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)
-    if choice == "cuda" and is_fp8 and attention_sm90.supported(d, q_block, block_n):
+    if v_permuted:
+        if not attention_sm90.supported(d, q_block, block_n):
+            raise RuntimeError(f"V is key-permuted for the CUDA kernel, which is not available for head dim {d}")
         out, lse = attention_sm90.attention_fp8_fwd_sm90(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16, **(best or {}),

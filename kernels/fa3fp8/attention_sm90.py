@@ -10,7 +10,7 @@ issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of tile j r
 
 import torch
 
-from . import cuda_build
+from . import cuda_build, env
 
 LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
@@ -34,6 +34,15 @@ FASTER = {
 def best_settings(d: int, fp8: bool, causal: bool) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None."""
     return FASTER.get((d, fp8, bool(causal)))
+
+
+def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
+    """True when FP8 attention on a bundle with these quantization blocks runs this kernel: FA3FP8_KERNEL=cuda, or
+    auto where it measured faster both causal and not (FASTER). quantize_qkv then writes V key-permuted."""
+    choice = env.kernel()
+    if choice == "triton" or (choice == "auto" and any((d, True, c) not in FASTER for c in (False, True))):
+        return False
+    return supported(d, block_m, block_n)
 
 
 def supported(d: int, block_m: int, block_n: int) -> bool:
@@ -82,7 +91,8 @@ def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2,
 ):
-    """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128), scales
+    """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
+    keys permuted (fp8_layout.permute_v_keys), scales
     (heads, n_blocks). `loop`: "serial" or "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3
     warpgroups of 64 query rows per CTA (3: d128, serial). Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
     fp32."""

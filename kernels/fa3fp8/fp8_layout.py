@@ -7,6 +7,29 @@ import torch
 E4M3_MAX = 448.0
 
 
+def v_key_positions(n: torch.Tensor) -> torch.Tensor:
+    """Where key n of a tile is stored in a key-permuted V (`QuantizedQKV.v_permuted`), for int tensors n.
+
+    Within each 32-key group, key 16h + 8c + 2t + j (h, c, j in {0, 1}, t in 0..3) moves to 16h + 4t + 2c + j: the
+    order in which the CUDA kernel's thread t of a quad holds P after Q·Kᵀ (keys 2t, 2t+1, 8+2t, 9+2t of each half
+    group) is the order wgmma reads P·V's A operand in (k-positions 4t..4t+3), so P needs no exchange between lanes.
+    """
+    return (n & ~15) | ((n >> 1) & 3) << 2 | ((n >> 3) & 1) << 1 | (n & 1)
+
+
+def permute_v_keys(v8t: torch.Tensor) -> torch.Tensor:
+    """A tile-by-tile transposed V (..., n_blocks * block) with its keys (last dim) moved to `v_key_positions`."""
+    n = torch.arange(v8t.shape[-1], device=v8t.device)
+    out = torch.empty_like(v8t)
+    out[..., v_key_positions(n)] = v8t
+    return out
+
+
+def unpermute_v_keys(v8t: torch.Tensor) -> torch.Tensor:
+    """Inverse of `permute_v_keys`."""
+    return v8t[..., v_key_positions(torch.arange(v8t.shape[-1], device=v8t.device))]
+
+
 def block_offsets(cu_seqlens: torch.Tensor, total: int, block: int) -> tuple[torch.Tensor, int]:
     """Cumulative count of `block`-row tiles per sequence (int32, length batch+1) and an upper bound of the total.
 
@@ -27,6 +50,8 @@ class QuantizedQKV:
     n_blocks_k * block_n)` is V transposed (K-major for the PV product), tile by tile: tile t of sequence b fills
     columns (cu_blocks_k[b] + t) * block_n onwards, zero-padded, so every tile starts 16-byte aligned for TMA.
     `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input.
+    `v_permuted`: v8t's keys are in the CUDA kernel's order (`v_key_positions`), which only that kernel reads;
+    quantize_qkv writes them so where that kernel serves FP8 at this head dim.
     """
 
     q8: torch.Tensor
@@ -46,3 +71,4 @@ class QuantizedQKV:
     hadamard: bool
     out_dtype: torch.dtype
     batch_shape: tuple[int, int] | None
+    v_permuted: bool = False

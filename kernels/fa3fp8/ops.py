@@ -5,7 +5,7 @@ import torch
 
 from . import env
 from .configs import fp8_blocks
-from .fp8_layout import QuantizedQKV
+from .fp8_layout import QuantizedQKV, permute_v_keys
 from .reference import (
     attention_decode_reference,
     attention_fp8_reference,
@@ -26,6 +26,16 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
 
 
+def _cuda_serves_fp8(q: torch.Tensor, block_m: int, block_n: int) -> bool:
+    """True when the FP8 attention on this bundle will run the CUDA kernel, which reads V key-permuted: the choice
+    is made when quantizing, as the two kernels read different V layouts."""
+    if not _use_triton(q) or env.interpreting():
+        return False
+    from . import attention_sm90
+
+    return attention_sm90.serves_fp8(q.shape[-1], block_m, block_n)
+
+
 # ------------------------------------------------------------------------------------ implementations
 
 
@@ -42,31 +52,33 @@ def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     return out.to(q.dtype), lse.to(torch.float32)
 
 
-def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard):
+def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
+                       permute_v):
     if _use_triton(q):
         from .quantize import quantize_blocks
 
         q8, q_scale, cu_blocks_q = quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
         k8, k_scale, cu_blocks_k = quantize_blocks(k.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, hadamard)
-        v8t, v_scale, _ = quantize_blocks(v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, True)
+        v8t, v_scale, _ = quantize_blocks(v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, True, permute_v)
         return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
     b = quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard)
-    return b.q8, b.k8, b.v8t, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k
+    v8t = permute_v_keys(b.v8t) if permute_v else b.v8t
+    return b.q8, b.k8, v8t, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k
 
 
 def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted):
     if _use_triton(q8):
         from .attention import attention_fwd
 
         out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype,
+            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype, v_permuted=v_permuted,
         )
         return out, lse
     qkv = QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-        max_seqlen_q, max_seqlen_k, block_m, block_n, True, out_dtype, None,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, True, out_dtype, None, v_permuted,
     )
     out, lse = attention_fp8_reference(qkv, softmax_scale, causal)
     return out.to(out_dtype), lse.to(torch.float32)
@@ -100,16 +112,17 @@ def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
 @torch.library.custom_op("fa3fp8::quantize_qkv", mutates_args=())
 def _quantize_qkv_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int, hadamard: bool,
+    max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int, hadamard: bool, permute_v: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
            torch.Tensor]:
     return _quantize_qkv_impl(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, permute_v
     )
 
 
 @_quantize_qkv_op.register_fake
-def _quantize_qkv_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard):
+def _quantize_qkv_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
+                       permute_v):
     batch = cu_seqlens_q.shape[0] - 1
     n_blocks_q, n_blocks_k = -(-q.shape[0] // block_m) + batch, -(-k.shape[0] // block_n) + batch
     kv_heads, d = k.shape[1], k.shape[2]
@@ -129,17 +142,17 @@ def _attn_fp8_op(
     q8: torch.Tensor, k8: torch.Tensor, v8t: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
     v_scale: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, cu_blocks_q: torch.Tensor,
     cu_blocks_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int,
-    softmax_scale: float, causal: bool, out_dtype: torch.dtype,
+    softmax_scale: float, causal: bool, out_dtype: torch.dtype, v_permuted: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _attn_fp8_impl(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-        max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted,
     )
 
 
 @_attn_fp8_op.register_fake
 def _attn_fp8_fake(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype):
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted):
     return q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((q8.shape[1], q8.shape[0]), dtype=torch.float32)
 
 
@@ -368,13 +381,14 @@ def quantize_qkv(
         v = v.reshape(batch * seqlen_k, kv_heads, d)
     block_m, block_n = fp8_blocks(q.shape[-1])
     hadamard = bool(hadamard)
+    permute_v = _cuda_serves_fp8(q, block_m, block_n)
     quantized = _op_or_impl(_quantize_qkv_op, _quantize_qkv_impl)(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, permute_v
     )
     q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k = quantized
     return QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-        max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, q.dtype, batch_shape,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, q.dtype, batch_shape, permute_v,
     )
 
 
@@ -391,7 +405,7 @@ def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, ret
     out, lse = _op_or_impl(_attn_fp8_op, _attn_fp8_impl)(
         qkv.q8, qkv.k8, qkv.v8t, qkv.q_scale, qkv.k_scale, qkv.v_scale, qkv.cu_seqlens_q, qkv.cu_seqlens_k,
         qkv.cu_blocks_q, qkv.cu_blocks_k, qkv.max_seqlen_q, qkv.max_seqlen_k, qkv.block_m, qkv.block_n,
-        scale, bool(causal), qkv.out_dtype,
+        scale, bool(causal), qkv.out_dtype, qkv.v_permuted,
     )
     if qkv.batch_shape is not None:
         batch, seqlen_q = qkv.batch_shape

@@ -1,4 +1,5 @@
-"""Fused FP8 quantization: Hadamard rotation, one scale per (head, tile of rows), e4m3 data, V transposed.
+"""Fused FP8 quantization: Hadamard rotation, one scale per (head, tile of rows), e4m3 data, V transposed (keys
+optionally in the CUDA kernel's order, fp8_layout.v_key_positions).
 
 One program handles one tile of one sequence and one head: it loads the rows, multiplies them by the
 random-sign Hadamard matrix (a tensor-core product with ±1 entries, so exact products and fp32 sums),
@@ -31,7 +32,7 @@ def to_e4m3(x, ROUND_FIRST: tl.constexpr):
 def _quantize_kernel(
     X, Y, SCALE, R, CU, CU_B, y_cols, n_blocks, inv_sqrt_d,
     HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
-    FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    PERMUTE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
     blk = tl.program_id(0)
     h = tl.program_id(1)
@@ -53,17 +54,21 @@ def _quantize_kernel(
         tile = tl.load(CU_B + b) + blk
         if TRANSPOSE:
             # whole tile, zero rows past the sequence's end included; stored (D, BLOCK) so writes are coalesced
-            cols = tile * BLOCK + tl.arange(0, BLOCK)
+            keys = tl.arange(0, BLOCK)
+            if PERMUTE:  # fp8_layout.v_key_positions
+                keys = (keys & -16) | (((keys >> 1) & 3) << 2) | (((keys >> 3) & 1) << 1) | (keys & 1)
+            cols = tile * BLOCK + keys
             tl.store(Y + (h * D + offs_d)[:, None] * y_cols + cols[None, :], tl.trans(y))
         else:
             tl.store(Y + (start + rows)[:, None] * (HX * D) + h * D + offs_d[None, :], y, mask=row_ok)
         tl.store(SCALE + h * n_blocks + tile, amax / FP8_MAX)
 
 
-def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False):
+def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False):
     """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3.
 
-    Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose`, the fp32 scales
+    Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (with `permute`, each tile's
+    keys at fp8_layout.v_key_positions; block a multiple of 32), the fp32 scales
     (H, n_blocks; entries past cu_blocks[-1] are unused and unset) and the int32 tile offsets per sequence
     (cu_blocks).
     """
@@ -83,7 +88,7 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False)
     grid = (triton.cdiv(max_seqlen, block), heads, batch)
     _quantize_kernel[grid](
         x, y, scale, r, cu_seqlens, cu_blocks, y_cols, n_blocks, d**-0.5,
-        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, FP8_MAX=E4M3_MAX,
+        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, FP8_MAX=E4M3_MAX,
         ROUND_FIRST=env.interpreting(), num_warps=8,
     )
     return y, scale, cu_blocks

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .fp8_layout import E4M3_MAX, QuantizedQKV, block_offsets
+from .fp8_layout import E4M3_MAX, QuantizedQKV, block_offsets, unpermute_v_keys
 from .hadamard import rotate
 
 # P is scaled by 2**P_SHIFT before its FP8 conversion so that e4m3's normal range is used (FA3's offset of 8).
@@ -165,7 +165,8 @@ def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False,
     scale = softmax_scale if softmax_scale is not None else d**-0.5
     q = dequantize(qkv.q8, qkv.q_scale, qkv.cu_seqlens_q, qkv.block_m)
     k = dequantize(qkv.k8, qkv.k_scale, qkv.cu_seqlens_k, qkv.block_n)
-    v = dequantize(qkv.v8t, qkv.v_scale, qkv.cu_seqlens_k, qkv.block_n, transposed=True)
+    v8t = unpermute_v_keys(qkv.v8t) if qkv.v_permuted else qkv.v8t
+    v = dequantize(v8t, qkv.v_scale, qkv.cu_seqlens_k, qkv.block_n, transposed=True)
     out = q.new_zeros(q.shape)
     lse = q.new_full((q.shape[1], q.shape[0]), -math.inf)
     for (q0, q1), (k0, k1) in zip(_bounds(qkv.cu_seqlens_q), _bounds(qkv.cu_seqlens_k)):

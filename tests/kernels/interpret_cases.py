@@ -15,6 +15,7 @@ import torch  # noqa: E402
 
 import fa3fp8  # noqa: E402
 from fa3fp8.configs import fp8_blocks  # noqa: E402
+from fa3fp8.fp8_layout import unpermute_v_keys  # noqa: E402
 from fa3fp8.quantize import quantize_blocks  # noqa: E402
 from fa3fp8.reference import (  # noqa: E402
     attention_fp8_reference,
@@ -103,13 +104,15 @@ def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
     }
 
 
-def quantize_case(d, hadamard, transpose):
+def quantize_case(d, hadamard, transpose, permute=False):
     cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
     block = fp8_blocks(d)[1]
-    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose)
+    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute)
     ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose)
     used = int(cu_blocks[-1])
+    if permute:
+        data = unpermute_v_keys(data)
     if transpose:
         data, ref_data = data[..., : used * block], ref_data[..., : used * block]
     a, b = data.float(), ref_data.float()
@@ -135,6 +138,7 @@ def main():
     for d in (64, 128):
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)
+        results[f"quantize-D{d}-v-key-permuted"] = quantize_case(d, False, True, permute=True)
     json.dump(results, sys.stdout)
 
 

@@ -24,7 +24,7 @@ DENSE_IDS = [
 ]
 FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal", "fp8-B1-Sq50-Sk20-H2-KV2-D64-causal",
            "fp8-varlen-lens5_40_33-H4-KV2-D64-causal"]
-QUANT_IDS = ["quantize-D64-hadamard", "quantize-D64-v-transposed", "quantize-D128-hadamard", "quantize-D128-v-transposed"]
+QUANT_IDS = [f"quantize-D{d}-{kind}" for d in (64, 128) for kind in ("hadamard", "v-transposed", "v-key-permuted")]
 
 
 @pytest.fixture(scope="module")

@@ -117,9 +117,12 @@ def test_fp8_accuracy_on_fa3_distribution(shape, bound, kernel):
         )
         per_tensor_out, _ = attention_fp8_reference(per_tensor, causal=causal)
         per_tensor_errors.append(rmse(per_tensor_out, ref.reshape(per_tensor_out.shape)))
-        # the kernel computes the reference's FP8 math: what is left is P's rounding against a running max
+        # the kernel computes the reference's FP8 math, P rounded against a running max (the CUDA kernel: in units
+        # of the largest V scale), so the two differ by P's rounding alone and neither is the less accurate
         ref8, _ = attention_fp8_reference(qkv, causal=causal)
-        assert rmse(out.reshape(ref8.shape), ref8) <= 0.5 * rmse(ref8, ref.reshape(ref8.shape))
+        fp8_err = rmse(ref8, ref.reshape(ref8.shape))
+        assert rmse(out.reshape(ref8.shape), ref8) <= 0.8 * fp8_err
+        assert errors[-1] <= 1.1 * fp8_err
     mean_error = sum(errors) / FP8_DRAWS
     assert mean_error <= bound, errors
     assert sum(per_tensor_errors) / FP8_DRAWS >= PER_TENSOR_GAIN * mean_error, (errors, per_tensor_errors)

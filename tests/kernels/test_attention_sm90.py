@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fa3fp8 import attention_sm90, cuda_build
+from fa3fp8.fp8_layout import permute_v_keys
 from fa3fp8.reference import attention_fp8_reference, attention_varlen_reference, quantize_qkv_reference
 from fa3fp8.testing import poison_cuda_cache, rmse
 
@@ -128,7 +129,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     scale = d**-0.5
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
-        b.q8, b.k8, b.v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
+        b.q8, b.k8, permute_v_keys(b.v8t), cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
         b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)

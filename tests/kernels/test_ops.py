@@ -87,7 +87,7 @@ def test_custom_ops_pass_opcheck():
     q, k, v = (x.reshape(-1, *x.shape[2:]) for x in random_qkv(2, 8, 8, 2, 1, 64, torch.float16, "cpu"))
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
-    torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True))
+    torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, False))
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])

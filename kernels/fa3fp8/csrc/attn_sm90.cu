@@ -9,7 +9,8 @@
 // separately (K after its Q·Kᵀ, V after its P·V), so the producer refills a K slot while P·V still reads V.
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
-// by tile (Hkv, D, n_blocks_k * 128), one fp32 scale per (head, tile). 16-bit input is Q, K, V as they are, and
+// by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
+// (head, tile). 16-bit input is Q, K, V as they are, and
 // wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
 // Engineering log: kernels/NOTES.md, sessions 3 and 4.
 
@@ -329,42 +330,27 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
 }
 
 // P (fp32, accumulator layout) -> A fragments of the P·V wgmma, four registers per k-step (32 keys in FP8, 16 in
-// 16-bit).
+// 16-bit), each packed from this thread's own accumulator registers.
 // 16-bit: the A fragment of k-step kk wants (row g, keys 16kk + 2t, +1), (row g+8, same), (row g, keys 16kk + 8 +
 // 2t, +1), (row g+8, same): exactly the accumulator's registers 8kk .. 8kk+7 in pairs.
-// FP8: the A fragment wants keys 4t..4t+3 and 16+4t..16+4t+3 of each row, while the accumulator gave this thread
-// keys {8c + 2t, 8c + 2t + 1}: each 4-byte A register gathers two key pairs from lanes 2(t % 2) and 2(t % 2) + 1
-// of the quad, the low or high pair of their packed registers by t / 2.
+// FP8: the A fragment's k-positions 4t..4t+3 and 16+4t..16+4t+3 of a 32-key step receive the keys this thread
+// holds, {2t, 2t+1, 8+2t, 9+2t} and {16+2t, 17+2t, 24+2t, 25+2t}: the bundle stores V's keys in that order within
+// each 32-key group (fa3fp8.fp8_layout.v_key_positions), so no key crosses lanes.
 template <class E, int NREGS, int PREGS>
 __device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PREGS]) {
   if constexpr (!E::FP8) {
 #pragma unroll
     for (int r = 0; r < PREGS; ++r) a[r] = pack_half2<typename E::Out>(p[2 * r], p[2 * r + 1]);
   } else {
-    const int lane = threadIdx.x % 32;
-    const int t = lane % 4;
-    const int src = (lane & ~3) | ((t & 1) * 2);
-    const uint32_t sel = (t >> 1) ? 0x7632 : 0x5410;
 #pragma unroll
-    for (int kk = 0; kk < NREGS / 16; ++kk) {
+    for (int kk = 0; kk < NREGS / 16; ++kk)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        uint32_t pair[4];
+      for (int half = 0; half < 2; ++half)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int r = (4 * kk + c) * 4 + i * 2;
-          pair[c] = pack_e4m3x2(p[r], p[r + 1]);
+        for (int i = 0; i < 2; ++i) {
+          const int r = (4 * kk + 2 * half) * 4 + i * 2;  // 8-key groups 4kk + 2half and the next, row g + 8i
+          a[kk * 4 + half * 2 + i] = pack_e4m3x2(p[r], p[r + 1]) | (pack_e4m3x2(p[r + 4], p[r + 5]) << 16);
         }
-        const uint32_t w01 = pair[0] | (pair[1] << 16);
-        const uint32_t w23 = pair[2] | (pair[3] << 16);
-        const uint32_t lo0 = __shfl_sync(0xffffffff, w01, src);
-        const uint32_t lo1 = __shfl_sync(0xffffffff, w01, src + 1);
-        const uint32_t hi0 = __shfl_sync(0xffffffff, w23, src);
-        const uint32_t hi1 = __shfl_sync(0xffffffff, w23, src + 1);
-        a[kk * 4 + i] = __byte_perm(lo0, lo1, sel);
-        a[kk * 4 + 2 + i] = __byte_perm(hi0, hi1, sel);
-      }
-    }
   }
 }
 
