@@ -7,6 +7,17 @@ import torch
 E4M3_MAX = 448.0
 
 
+def pow2_scale(amax: torch.Tensor) -> torch.Tensor:
+    """The smallest power of two s with amax / s <= E4M3_MAX, from the bits of fp32 amax > 0 (exact).
+
+    V's scales are such powers: the CUDA kernel keeps O in units of the largest V scale it reads and multiplies
+    each tile's P by vs / v_max, which is then a shift of P's exponent and rounds P exactly as the unscaled P.
+    """
+    bits = amax.to(torch.float32).view(torch.int32)
+    exponent = (bits >> 23) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(torch.int32)  # 448 = 1.75 · 2^8
+    return (exponent << 23).view(torch.float32)
+
+
 def v_key_positions(n: torch.Tensor) -> torch.Tensor:
     """Where key n of a tile is stored in a key-permuted V (`QuantizedQKV.v_permuted`), for int tensors n.
 
@@ -46,7 +57,8 @@ class QuantizedQKV:
     """FP8 (e4m3) Q, K, V with one fp32 scale per (head, tile of rows), ready for `flash_attn_fp8_func`.
 
     q8 `(total_q, heads, d)`, k8 `(total_k, kv_heads, d)`, q_scale `(heads, n_blocks_q)`, k_scale / v_scale
-    `(kv_heads, n_blocks_k)`; tile t of sequence b has scale index cu_blocks[b] + t. v8t `(kv_heads, d,
+    `(kv_heads, n_blocks_k)`, v_scale powers of two (`pow2_scale`); tile t of sequence b has scale index
+    cu_blocks[b] + t. v8t `(kv_heads, d,
     n_blocks_k * block_n)` is V transposed (K-major for the PV product), tile by tile: tile t of sequence b fills
     columns (cu_blocks_k[b] + t) * block_n onwards, zero-padded, so every tile starts 16-byte aligned for TMA.
     `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input.

@@ -59,7 +59,10 @@ def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
 
         q8, q_scale, cu_blocks_q = quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
         k8, k_scale, cu_blocks_k = quantize_blocks(k.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, hadamard)
-        v8t, v_scale, _ = quantize_blocks(v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, True, permute_v)
+        v8t, v_scale, _ = quantize_blocks(
+            v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
+            pow2_scale=True,
+        )
         return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
     b = quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard)
     v8t = permute_v_keys(b.v8t) if permute_v else b.v8t

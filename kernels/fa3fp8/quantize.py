@@ -32,7 +32,7 @@ def to_e4m3(x, ROUND_FIRST: tl.constexpr):
 def _quantize_kernel(
     X, Y, SCALE, R, CU, CU_B, y_cols, n_blocks, inv_sqrt_d,
     HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
-    PERMUTE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    PERMUTE: tl.constexpr, POW2_SCALE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
 ):
     blk = tl.program_id(0)
     h = tl.program_id(1)
@@ -50,7 +50,14 @@ def _quantize_kernel(
         else:
             x = x.to(tl.float32)
         amax = tl.maximum(tl.max(tl.max(tl.abs(x), 1), 0), 1e-12)
-        y = to_e4m3(x * (FP8_MAX / amax), ROUND_FIRST)
+        if POW2_SCALE:  # fp8_layout.pow2_scale, from amax's bits; 1 / scale is exact
+            bits = amax.to(tl.int32, bitcast=True)
+            exponent = (bits >> 23) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+            scale = (exponent << 23).to(tl.float32, bitcast=True)
+            y = to_e4m3(x * ((254 - exponent) << 23).to(tl.float32, bitcast=True), ROUND_FIRST)
+        else:
+            scale = amax / FP8_MAX
+            y = to_e4m3(x * (FP8_MAX / amax), ROUND_FIRST)
         tile = tl.load(CU_B + b) + blk
         if TRANSPOSE:
             # whole tile, zero rows past the sequence's end included; stored (D, BLOCK) so writes are coalesced
@@ -61,11 +68,12 @@ def _quantize_kernel(
             tl.store(Y + (h * D + offs_d)[:, None] * y_cols + cols[None, :], tl.trans(y))
         else:
             tl.store(Y + (start + rows)[:, None] * (HX * D) + h * D + offs_d[None, :], y, mask=row_ok)
-        tl.store(SCALE + h * n_blocks + tile, amax / FP8_MAX)
+        tl.store(SCALE + h * n_blocks + tile, scale)
 
 
-def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False):
-    """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3.
+def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False, pow2_scale=False):
+    """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3, with scale amax / 448 or,
+    with `pow2_scale`, the power of two fp8_layout.pow2_scale (V's).
 
     Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (with `permute`, each tile's
     keys at fp8_layout.v_key_positions; block a multiple of 32), the fp32 scales
@@ -88,7 +96,7 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     grid = (triton.cdiv(max_seqlen, block), heads, batch)
     _quantize_kernel[grid](
         x, y, scale, r, cu_seqlens, cu_blocks, y_cols, n_blocks, d**-0.5,
-        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, FP8_MAX=E4M3_MAX,
+        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, POW2_SCALE=pow2_scale, FP8_MAX=E4M3_MAX,
         ROUND_FIRST=env.interpreting(), num_warps=8,
     )
     return y, scale, cu_blocks

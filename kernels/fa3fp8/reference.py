@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .fp8_layout import E4M3_MAX, QuantizedQKV, block_offsets, unpermute_v_keys
+from .fp8_layout import E4M3_MAX, QuantizedQKV, block_offsets, pow2_scale, unpermute_v_keys
 from .hadamard import rotate
 
 # P is scaled by 2**P_SHIFT before its FP8 conversion so that e4m3's normal range is used (FA3's offset of 8).
@@ -98,12 +98,12 @@ def attention_decode_reference(
     return out, lse
 
 
-def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tensor=False):
+def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tensor=False, pow2=False):
     """FP8 quantization with one scale per (head, tile of `block` rows of one sequence), as the Triton kernel does.
 
     x (T, H, D) -> data e4m3 (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (see
-    QuantizedQKV); scale fp32 (H, n_blocks). `per_tensor` uses the whole tensor's amax for every tile instead
-    (the plain FP8 baseline).
+    QuantizedQKV); scale fp32 (H, n_blocks): amax / 448, or with `pow2` the power of two `pow2_scale` (V's).
+    `per_tensor` uses the whole tensor's amax for every tile instead (the plain FP8 baseline).
     """
     total, heads, d = x.shape
     xr = rotate(x) if hadamard else x.to(torch.float64)
@@ -115,8 +115,10 @@ def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tens
         for i, r0 in enumerate(range(t0, t1, block)):
             tile = xr[r0 : min(t1, r0 + block)]
             amax = tensor_amax if per_tensor else tile.abs().amax(dim=(0, 2)).to(torch.float32).clamp_min(1e-12)
-            scale[:, int(offsets[b]) + i] = amax / E4M3_MAX
-            data[r0 : r0 + tile.shape[0]] = tile * (E4M3_MAX / amax.double())[None, :, None]
+            tile_scale = pow2_scale(amax) if pow2 else amax / E4M3_MAX
+            scale[:, int(offsets[b]) + i] = tile_scale
+            inverse = 1.0 / tile_scale.double() if pow2 else E4M3_MAX / amax.double()
+            data[r0 : r0 + tile.shape[0]] = tile * inverse[None, :, None]
     data8 = data.to(torch.float8_e4m3fn)
     if transpose:
         data8 = _to_tiles(data8, cu_seqlens, block, n_blocks)
@@ -182,7 +184,7 @@ def quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n
     cu_k = torch.as_tensor(cu_seqlens_k, dtype=torch.int32, device=q.device)
     q8, q_scale = quantize_reference(q, cu_q, block_m, hadamard, per_tensor=per_tensor)
     k8, k_scale = quantize_reference(k, cu_k, block_n, hadamard, per_tensor=per_tensor)
-    v8t, v_scale = quantize_reference(v, cu_k, block_n, False, transpose=True, per_tensor=per_tensor)
+    v8t, v_scale = quantize_reference(v, cu_k, block_n, False, transpose=True, per_tensor=per_tensor, pow2=True)
     lens_q, lens_k = cu_q.diff(), cu_k.diff()
     return QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_q, cu_k, block_offsets(cu_q, q.shape[0], block_m)[0],

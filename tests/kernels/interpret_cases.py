@@ -108,8 +108,8 @@ def quantize_case(d, hadamard, transpose, permute=False):
     cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
     block = fp8_blocks(d)[1]
-    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute)
-    ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose)
+    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute, pow2_scale=transpose)
+    ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose, pow2=transpose)
     used = int(cu_blocks[-1])
     if permute:
         data = unpermute_v_keys(data)

@@ -152,8 +152,8 @@ def test_quantize_kernel_matches_reference(d, which):
     x = torch.randn(sum(lens), 4, d, device="cuda", dtype=torch.bfloat16) * 3
     block = fp8_blocks(d)[0]
     hadamard, transpose = (True, False) if which == "q" else (False, True)
-    data, scale, cu_blocks = quantize_blocks(x, cu, max(lens), block, hadamard, transpose)
-    ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose)
+    data, scale, cu_blocks = quantize_blocks(x, cu, max(lens), block, hadamard, transpose, pow2_scale=transpose)
+    ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose, pow2=transpose)
     used = int(cu_blocks[-1])  # tiles past the last sequence's are never read
     assert torch.allclose(scale[:, :used], ref_scale[:, :used], rtol=1e-5)
     if transpose:

@@ -2,7 +2,7 @@
 
 import torch
 
-from fa3fp8.fp8_layout import block_offsets, permute_v_keys, unpermute_v_keys, v_key_positions
+from fa3fp8.fp8_layout import E4M3_MAX, block_offsets, permute_v_keys, pow2_scale, unpermute_v_keys, v_key_positions
 
 
 def test_block_offsets_count_tiles_per_sequence():
@@ -31,3 +31,12 @@ def test_permute_v_keys_moves_the_last_dim_and_round_trips():
     permuted = permute_v_keys(v8t)
     assert torch.equal(permuted[..., v_key_positions(torch.arange(256))].float(), v8t.float())
     assert torch.equal(unpermute_v_keys(permuted).float(), v8t.float())
+
+
+def test_pow2_scale_is_the_smallest_power_of_two_that_fits_e4m3():
+    amax = torch.cat([torch.rand(1000) * 10.0 ** torch.randint(-8, 8, (1000,)), torch.tensor([448.0, 448.5, 1e-12])])
+    scale = pow2_scale(amax)
+    assert torch.equal(torch.exp2(torch.log2(scale.double()).round()), scale.double())
+    ratio = amax.double() / scale.double()
+    assert (ratio <= E4M3_MAX).all() and (ratio > E4M3_MAX / 2).all()
+    assert pow2_scale(torch.tensor([448.0])).item() == 1.0

@@ -500,15 +500,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   float alpha[2];
   bool moved;
 
-  // FP8: O is kept in units of v_max, the largest V scale of the tiles this CTA reads: tile j's P is multiplied by
-  // vs_j / v_max (a term of the exponent, log2 of at most 0), so O needs rescaling only when the max moves
-  float v_max = 1.f, log2_v_max = 0.f;
+  // FP8: O is kept in units of v_max, the largest V scale of the tiles this CTA reads, and tile j's P is multiplied
+  // by vs_j / v_max, so O needs rescaling only when the max moves. V's scales are powers of two
+  // (fp8_layout.pow2_scale): the factor is a shift of P's exponent, and P rounds to e4m3 exactly as unscaled.
+  float v_max = 1.f;
   if constexpr (E::FP8) {
     v_max = 0.f;
     for (int j = lane; j < n_tiles; j += 32) v_max = fmaxf(v_max, v_scale[j]);
 #pragma unroll
     for (int w = 16; w > 0; w /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, w));
-    log2_v_max = __log2f(v_max);
   }
 
   mbar_wait(&sm.q_full, 0);
@@ -521,9 +521,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   auto softmax_tile = [&](int j, float ks, float vs) {
     float p_offset = E::P_SHIFT, l_unit = 1.f;
     if constexpr (E::FP8) {
-      const float log2_v = __log2f(vs) - log2_v_max;
-      p_offset += log2_v;
-      l_unit = ex2(-log2_v);
+      const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs) >> 23);  // v_max / vs = 2^shift
+      p_offset -= shift;
+      l_unit = __int_as_float((127 + shift) << 23);
     }
     if (j * BLOCK_N >= n_full)
       moved = online_softmax<E, true, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N, row0,
