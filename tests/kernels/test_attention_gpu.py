@@ -86,7 +86,10 @@ def test_varlen_matches_fp64_reference(lens, heads, kv_heads, d, causal, kernel)
 
 FP8_SHAPES = [  # shape, RMSE bound vs fp64 (FA3's 9.1e-3 at d >= 128; Hadamard spreads less at d = 64)
     ((2, 2048, 2048, 8, 8, 128, False), 9.1e-3),
-    ((2, 2048, 2048, 8, 2, 128, True), 9.1e-3),
+    # FA3's figure is for non-causal attention; causal rows near the start average few keys. Over 8 draws on the
+    # H200 this case measured 9.32e-3 with amax / 448 V scales and 9.38e-3 with the power-of-two ones, for both
+    # kernels alike (kernels/NOTES.md, session 5)
+    ((2, 2048, 2048, 8, 2, 128, True), 9.6e-3),
     ((1, 1500, 1500, 4, 4, 256, False), 9.1e-3),
     ((2, 700, 700, 8, 8, 64, True), 1.4e-2),
 ]
