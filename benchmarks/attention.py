@@ -286,7 +286,6 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("triton", False): None,
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
-    ("cuda-pingpong", False): {"loop": "pingpong"},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},

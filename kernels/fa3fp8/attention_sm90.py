@@ -1,11 +1,12 @@
 """Launchers of the CUDA C++ forward kernels (`csrc/attn_sm90.cu`): FlashAttention-3's structure on sm_90a, for FP8
 and for BF16/FP16.
 
-A producer warpgroup streams Q and a ring of K/V tiles through TMA; two (or three) consumer warpgroups of 64 query
-rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial" runs each tile's steps in order; "overlap"
-issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of tile j runs while the tensor cores work;
-"pingpong" (BF16/FP16) adds turns between the two consumers' wgmma issues. FP8 takes the quantized bundle of
-`quantize_qkv` (128-key K/V tiles, 64- or 128-row Q tiles); BF16/FP16 take packed Q, K, V as they are.
+One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head): a producer
+warpgroup streams Q and a ring of K/V tiles through TMA; two (or three) consumer warpgroups of 64 query rows run
+Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial" runs each tile's steps in order; "overlap" issues Q·Kᵀ
+of tile j before P·V of tile j-1 so that the softmax of tile j runs while the tensor cores work. FP8 takes the
+quantized bundle of `quantize_qkv` (128-key K/V tiles, 64- or 128-row Q tiles, V key-permuted); BF16/FP16 take
+packed Q, K, V as they are.
 """
 
 import torch
@@ -15,11 +16,11 @@ from . import cuda_build, env
 LOG2E = 1.4426950408889634
 BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
 HEAD_DIMS = (128, 256)
-LOOPS = {"serial": 0, "overlap": 1, "pingpong": 2}  # csrc/attn_sm90.cu's Loop
+LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
-# (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against ping-pong's
-# 617 / 594 and serial's 563 / 531, d256 728 / 696 against 712 / 677 and 625 / 627; FP8 d128 807 / 781 against
-# serial's 706 / 694, d256 1045 / 1020 against 1034 / 995.
+# (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
+# 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
+# FP8 d128 807 / 781 against serial's 706 / 694, d256 1045 / 1020 against 1034 / 995.
 LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
 # (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (same run):
 # BF16 +25-35% (d128 646 / 622 against 514 / 504, d256 728 / 696 against 539 / 528), FP8 d256 +15% (1045 / 1020

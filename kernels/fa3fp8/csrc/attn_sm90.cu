@@ -1,18 +1,19 @@
 // Forward attention for Hopper (sm_90a) in CUDA C++ with FlashAttention-3's structure: FP8 (e4m3) and BF16/FP16.
 //
-// One CTA computes 128 (or 192) query rows of one (sequence, head): a producer warpgroup streams Q and a ring of
-// K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier completion); two (or three) consumer
-// warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the
-// online softmax between. The loop (Loop below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before
-// P·V of tile j-1 and computes softmax(j) while that P·V runs (FlashAttention-3, section 3.2), optionally with the
-// two consumers taking turns to issue their wgmma (ping-pong, section 3.1). K and V slots are released
-// separately (K after its Q·Kᵀ, V after its P·V), so the producer refills a K slot while P·V still reads V.
+// A persistent CTA per SM computes work tiles of 128 (or 192) query rows of one (sequence, head) in turn: a
+// producer warpgroup streams Q and a ring of K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier
+// completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from
+// shared memory, P from registers) with the online softmax between. The loop (Loop below) runs each tile's steps
+// in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
+// (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ, V after its P·V), so
+// the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q and first K/V tiles
+// while the consumers finish the current one.
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
-// (head, tile). 16-bit input is Q, K, V as they are, and
-// wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 and 4.
+// (head, tile), V's scales powers of two. 16-bit input is Q, K, V as they are, and wgmma reads the V tile (keys x
+// D, D contiguous) transposed from shared memory.
+// Engineering log: kernels/NOTES.md, sessions 3 to 5.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -52,12 +53,12 @@ using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
-// softmax(j) under that P·V; PINGPONG is OVERLAP with the two consumers issuing their wgmma in turns (two named
-// barriers), so that one's softmax runs while the other's matrix products hold the tensor cores.
-enum Loop { SERIAL = 0, OVERLAP = 1, PINGPONG = 2 };
+// softmax(j) under that P·V.
+enum Loop { SERIAL = 0, OVERLAP = 1 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
-// q_block; the 16-bit path leaves them null or 0.
+// q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
+// (m_blocks x batch x heads) are set at launch.
 struct Params {
   void* out;
   float* lse;
@@ -75,6 +76,8 @@ struct Params {
   int n_blocks_k;
   int q_block;
   float qk_scale_log2;
+  int m_blocks;
+  int work_tiles;
 };
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
@@ -83,6 +86,7 @@ struct alignas(1024) SharedStorage {
   uint8_t k[STAGES][TILE_BYTES];
   uint8_t v[STAGES][TILE_BYTES];
   uint64_t q_full;
+  uint64_t q_empty;
   uint64_t k_full[STAGES];
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
@@ -398,7 +402,37 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 
 // ------------------------------------------------------------------------------------------ the kernel
 
+// One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see. Work tiles are
+// numbered head-major with the row blocks inside (causal: longest first), so the CTAs running at once read the
+// same heads' K and V from L2.
+struct WorkTile {
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles;
+};
+
+// Work tile w; false when its rows lie past its sequence's end (varlen)
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL>
+__device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
+  const int bh = w / p.m_blocks, rank = w % p.m_blocks;
+  t.b = bh / p.heads;
+  t.h = bh % p.heads;
+  t.hk = t.h / (p.heads / p.kv_heads);
+  t.q_start = p.cu_q[t.b];
+  t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
+  t.m0 = (CAUSAL ? p.m_blocks - 1 - rank : rank) * BLOCK_M;
+  if (t.m0 >= t.seqlen_q) return false;
+  t.k_start = p.cu_k[t.b];
+  t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
+  t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
+  const int hi = CAUSAL ? max(min(t.seqlen_k, t.m0 + BLOCK_M + t.diag), 0) : t.seqlen_k;
+  t.n_full = (CAUSAL ? max(min(t.seqlen_k, t.m0 + 1 + t.diag), 0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
+  t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
+  return true;
+}
+
 // BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
+// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
+// across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
+// P·V and the epilogue of the current one.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -414,27 +448,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   using Storage = SharedStorage<BLOCK_M * ROW_BYTES, TILE_BYTES, STAGES>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
-  const int m_blk = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
-  const int b = blockIdx.y / p.heads;
-  const int h = blockIdx.y % p.heads;
-  const int hk = h / (p.heads / p.kv_heads);
-  const int q_start = p.cu_q[b];
-  const int seqlen_q = p.cu_q[b + 1] - q_start;
-  const int k_start = p.cu_k[b];
-  const int seqlen_k = p.cu_k[b + 1] - k_start;
-  const int m0 = m_blk * BLOCK_M;
-  if (m0 >= seqlen_q) return;  // past this sequence's end (varlen): the whole CTA leaves
-  const int diag = seqlen_k - seqlen_q;  // bottom-right causal alignment
-  const int hi = CAUSAL ? max(min(seqlen_k, m0 + BLOCK_M + diag), 0) : seqlen_k;
-  const int n_full = (CAUSAL ? max(min(seqlen_k, m0 + 1 + diag), 0) : seqlen_k) / BLOCK_N * BLOCK_N;
-  const int n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
-
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
+    mbar_init(&sm.q_empty, 4 * CONSUMERS);  // one arrival per consumer warp
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.k_empty[s], 4 * CONSUMERS);  // one arrival per consumer warp
+      mbar_init(&sm.k_empty[s], 4 * CONSUMERS);
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -446,27 +466,35 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // producer: one thread issues every TMA copy; the warpgroup gives its registers to the consumers
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
-    mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
-    for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-      tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, h * ROW_BYTES + pn * PANEL, q_start + m0, &sm.q_full);
-    const int vcol = E::FP8 ? p.cu_bk[b] * BLOCK_N : 0;  // FP8: this sequence's first column of V transposed
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j % STAGES;
-      const uint32_t free_phase = ((j / STAGES) & 1) ^ 1;
-      if (j >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
-      mbar_expect_tx(&sm.k_full[s], TILE_BYTES);
+    int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
+    for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+      WorkTile t;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
+      if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
+      mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-        tma_load(sm.k[s] + pn * BLOCK_N * PANEL, &map_k, hk * ROW_BYTES + pn * PANEL, k_start + j * BLOCK_N,
-                 &sm.k_full[s]);
-      if (j >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
-      mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
-      if constexpr (E::FP8) {
-        tma_load(sm.v[s], &map_v, vcol + j * BLOCK_N, hk * D, &sm.v_full[s]);
-      } else {
+        tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, t.h * ROW_BYTES + pn * PANEL, t.q_start + t.m0, &sm.q_full);
+      const int vcol = E::FP8 ? p.cu_bk[t.b] * BLOCK_N : 0;  // FP8: this sequence's first column of V transposed
+      for (int j = 0; j < t.n_tiles; ++j) {
+        const int g = tiles + j, s = g % STAGES;
+        const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
+        if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
+        mbar_expect_tx(&sm.k_full[s], TILE_BYTES);
         for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-          tma_load(sm.v[s] + pn * BLOCK_N * PANEL, &map_v, hk * ROW_BYTES + pn * PANEL, k_start + j * BLOCK_N,
-                   &sm.v_full[s]);
+          tma_load(sm.k[s] + pn * BLOCK_N * PANEL, &map_k, t.hk * ROW_BYTES + pn * PANEL, t.k_start + j * BLOCK_N,
+                   &sm.k_full[s]);
+        if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
+        mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
+        if constexpr (E::FP8) {
+          tma_load(sm.v[s], &map_v, vcol + j * BLOCK_N, t.hk * D, &sm.v_full[s]);
+        } else {
+          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+            tma_load(sm.v[s] + pn * BLOCK_N * PANEL, &map_v, t.hk * ROW_BYTES + pn * PANEL,
+                     t.k_start + j * BLOCK_N, &sm.v_full[s]);
+        }
       }
+      tiles += t.n_tiles;
+      ++items;
     }
     return;
   }
@@ -476,189 +504,182 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int cw = wg - 1;
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
-  const int row0 = m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
-  const int wg_m0 = m0 + cw * WG_ROWS;
-  float qk_scale = p.qk_scale_log2;
-  const float* k_scale = nullptr;  // FP8: this sequence's per-tile K and V scales
-  const float* v_scale = nullptr;
-  if constexpr (E::FP8) {
-    if (wg_m0 < seqlen_q) qk_scale *= p.q_scale[h * p.n_blocks_q + p.cu_bq[b] + wg_m0 / p.q_block];
-    const int kblk = hk * p.n_blocks_k + p.cu_bk[b];
-    k_scale = p.k_scale + kblk;
-    v_scale = p.v_scale + kblk;
-  }
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
-
-  float o[D / 128][64];
-#pragma unroll
-  for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-    for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
-  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
-  float s_acc[S_REGS];
-  uint32_t pa[P_REGS];
-  float alpha[2];
-  bool moved;
-
-  // FP8: O is kept in units of v_max, the largest V scale of the tiles this CTA reads, and tile j's P is multiplied
-  // by vs_j / v_max, so O needs rescaling only when the max moves. V's scales are powers of two
-  // (fp8_layout.pow2_scale): the factor is a shift of P's exponent, and P rounds to e4m3 exactly as unscaled.
-  float v_max = 1.f;
-  if constexpr (E::FP8) {
-    v_max = 0.f;
-    for (int j = lane; j < n_tiles; j += 32) v_max = fmaxf(v_max, v_scale[j]);
-#pragma unroll
-    for (int w = 16; w > 0; w /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, w));
-  }
-
-  mbar_wait(&sm.q_full, 0);
-
-  // per-tile scales are read before the barrier waits so their latency hides behind the copies and wgmma
-  auto scales = [&](int j, float& ks, float& vs) {
-    ks = 1.f, vs = 1.f;
-    if constexpr (E::FP8) ks = k_scale[j], vs = v_scale[j];
-  };
-  auto softmax_tile = [&](int j, float ks, float vs) {
-    float p_offset = E::P_SHIFT, l_unit = 1.f;
+  int tiles = 0, items = 0;
+  for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+    WorkTile t;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
+    const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+    const int wg_m0 = t.m0 + cw * WG_ROWS;
+    const int n_tiles = t.n_tiles;
+    float qk_scale = p.qk_scale_log2;
+    const float* k_scale = nullptr;  // FP8: this sequence's per-tile K and V scales
+    const float* v_scale = nullptr;
     if constexpr (E::FP8) {
-      const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs) >> 23);  // v_max / vs = 2^shift
-      p_offset -= shift;
-      l_unit = __int_as_float((127 + shift) << 23);
+      if (wg_m0 < t.seqlen_q) qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
+      const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b];
+      k_scale = p.k_scale + kblk;
+      v_scale = p.v_scale + kblk;
     }
-    if (j * BLOCK_N >= n_full)
-      moved = online_softmax<E, true, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                              seqlen_k, diag);
-    else
-      moved = online_softmax<E, false, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                               seqlen_k, diag);
-  };
-  auto rescale = [&]() {
-    if (moved) scale_o<D>(o, alpha);
-  };
-  auto release = [&](uint64_t* empty, int j) {
-    if (lane == 0) mbar_arrive(&empty[j % STAGES]);
-  };
-  auto wait_s = [&]() { fence_regs(s_acc); };
-  // PINGPONG: before issuing, wait for the other consumer's turn to end (named barrier 1 + cw); after issuing,
-  // end this turn (barrier of the other). Consumer 0 starts without waiting and consumer 1 does not hand over its
-  // last turn, so that every barrier completes as often as it is waited on.
-  const int issues = n_tiles + 1;  // Q·Kᵀ(0), then (Q·Kᵀ(j), P·V(j-1)) for each later tile, then P·V(last)
-  auto turn_begin = [&](int issue) {
-    if (LOOP == PINGPONG && !(cw == 0 && issue == 0))
-      asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-  };
-  auto turn_end = [&](int issue) {
-    if (LOOP == PINGPONG && !(cw == 1 && issue == issues - 1))
-      asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-  };
-  auto wait_o = [&]() {
-    fence_regs(pa);
-    for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
-  };
 
-  if (LOOP != SERIAL) {
-    if (n_tiles > 0) {
-      float ks, vs;
-      scales(0, ks, vs);
-      mbar_wait(&sm.k_full[0], 0);
-      turn_begin(0);
-      wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[0]);
-      wgmma_commit();
-      turn_end(0);
-      wgmma_wait<0>();
-      wait_s();
-      release(sm.k_empty, 0);
-      softmax_tile(0, ks, vs);
-      rescale();
-      pack_p<E>(s_acc, pa);
-    }
-    for (int j = 1; j < n_tiles; ++j) {
-      const int s = j % STAGES, sp = (j - 1) % STAGES;
-      float ks, vs;
-      scales(j, ks, vs);
-      mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
-      mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
-      wait_o();
-      turn_begin(j);
-      wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[s]);
-      wgmma_commit();
-      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[sp]);
-      wgmma_commit();
-      turn_end(j);
-      wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
-      wait_s();
-      release(sm.k_empty, j);
-      softmax_tile(j, ks, vs);
-      wgmma_wait<0>();
-      wait_o();
-      release(sm.v_empty, j - 1);
-      rescale();
-      pack_p<E>(s_acc, pa);
-    }
-    if (n_tiles > 0) {
-      const int last = n_tiles - 1;
-      mbar_wait(&sm.v_full[last % STAGES], (last / STAGES) & 1);
-      wait_o();
-      turn_begin(n_tiles);
-      wgmma_fence();
-      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[last % STAGES]);
-      wgmma_commit();
-      turn_end(n_tiles);
-      wgmma_wait<0>();
-      wait_o();
-      release(sm.v_empty, last);
-    }
-  } else {
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j % STAGES;
-      const uint32_t phase = (j / STAGES) & 1;
-      float ks, vs;
-      scales(j, ks, vs);
-      mbar_wait(&sm.k_full[s], phase);
-      wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[s]);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wait_s();
-      release(sm.k_empty, j);
-      softmax_tile(j, ks, vs);
-      rescale();
-      pack_p<E>(s_acc, pa);
-      mbar_wait(&sm.v_full[s], phase);
-      wait_o();
-      wgmma_fence();
-      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[s]);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wait_o();
-      release(sm.v_empty, j);
-    }
-  }
+    float o[D / 128][64];
+#pragma unroll
+    for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+      for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
+    RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    float s_acc[S_REGS];
+    uint32_t pa[P_REGS];
+    float alpha[2];
+    bool moved;
 
-  // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
-  const int t = lane % 4;
+    // FP8: O is kept in units of v_max, the largest V scale of the tiles this work tile reads, and tile j's P is
+    // multiplied by vs_j / v_max, so O needs rescaling only when the max moves. V's scales are powers of two
+    // (fp8_layout.pow2_scale): the factor is a shift of P's exponent, and P rounds to e4m3 exactly as unscaled.
+    float v_max = 1.f;
+    if constexpr (E::FP8) {
+      v_max = 0.f;
+      for (int j = lane; j < n_tiles; j += 32) v_max = fmaxf(v_max, v_scale[j]);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float l = st.l[i];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const int row = row0 + 8 * i;
-    const float inv = l == 0.f ? 0.f : v_max / l;
-    if (row < seqlen_q) {
-      OutT* out = static_cast<OutT*>(p.out) + (size_t)(q_start + row) * p.heads * D + h * D;
-#pragma unroll
-      for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-        for (int c8 = 0; c8 < 16; ++c8) {
-          const int col = nb * 128 + c8 * 8 + 2 * t;
-          *reinterpret_cast<uint32_t*>(out + col) =
-              pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-        }
-      if (t == 0)
-        p.lse[(size_t)h * p.total_q + q_start + row] = (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+      for (int width = 16; width > 0; width /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, width));
     }
+
+    mbar_wait(&sm.q_full, items & 1);
+
+    // per-tile scales are read before the barrier waits so their latency hides behind the copies and wgmma
+    auto scales = [&](int j, float& ks, float& vs) {
+      ks = 1.f, vs = 1.f;
+      if constexpr (E::FP8) ks = k_scale[j], vs = v_scale[j];
+    };
+    auto softmax_tile = [&](int j, float ks, float vs) {
+      float p_offset = E::P_SHIFT, l_unit = 1.f;
+      if constexpr (E::FP8) {
+        const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs) >> 23);  // v_max / vs = 2^shift
+        p_offset -= shift;
+        l_unit = __int_as_float((127 + shift) << 23);
+      }
+      if (j * BLOCK_N >= t.n_full)
+        moved = online_softmax<E, true, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N,
+                                                row0, t.seqlen_k, t.diag);
+      else
+        moved = online_softmax<E, false, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N,
+                                                 row0, t.seqlen_k, t.diag);
+    };
+    auto rescale = [&]() {
+      if (moved) scale_o<D>(o, alpha);
+    };
+    // ring slot and phase of this work tile's K/V tile j
+    auto slot = [&](int j) { return (tiles + j) % STAGES; };
+    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
+    auto release = [&](uint64_t* empty, int j) {
+      if (lane == 0) mbar_arrive(&empty[slot(j)]);
+    };
+    auto wait_s = [&]() { fence_regs(s_acc); };
+    auto wait_o = [&]() {
+      fence_regs(pa);
+      for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
+    };
+
+    if (LOOP == OVERLAP) {
+      if (n_tiles > 0) {
+        float ks, vs;
+        scales(0, ks, vs);
+        mbar_wait(&sm.k_full[slot(0)], phase(0));
+        wgmma_fence();
+        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(0)]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wait_s();
+        release(sm.k_empty, 0);
+        softmax_tile(0, ks, vs);
+        rescale();
+        pack_p<E>(s_acc, pa);
+      }
+      for (int j = 1; j < n_tiles; ++j) {
+        float ks, vs;
+        scales(j, ks, vs);
+        mbar_wait(&sm.k_full[slot(j)], phase(j));
+        mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
+        wait_o();
+        wgmma_fence();
+        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
+        wgmma_commit();
+        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j - 1)]);
+        wgmma_commit();
+        wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
+        wait_s();
+        release(sm.k_empty, j);
+        softmax_tile(j, ks, vs);
+        wgmma_wait<0>();
+        wait_o();
+        release(sm.v_empty, j - 1);
+        rescale();
+        pack_p<E>(s_acc, pa);
+      }
+      if (n_tiles > 0) {
+        const int last = n_tiles - 1;
+        mbar_wait(&sm.v_full[slot(last)], phase(last));
+        wait_o();
+        wgmma_fence();
+        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(last)]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wait_o();
+        release(sm.v_empty, last);
+      }
+    } else {
+      for (int j = 0; j < n_tiles; ++j) {
+        float ks, vs;
+        scales(j, ks, vs);
+        mbar_wait(&sm.k_full[slot(j)], phase(j));
+        wgmma_fence();
+        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wait_s();
+        release(sm.k_empty, j);
+        softmax_tile(j, ks, vs);
+        rescale();
+        pack_p<E>(s_acc, pa);
+        mbar_wait(&sm.v_full[slot(j)], phase(j));
+        wait_o();
+        wgmma_fence();
+        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wait_o();
+        release(sm.v_empty, j);
+      }
+    }
+    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue
+    if (lane == 0) mbar_arrive(&sm.q_empty);
+
+    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
+    const int tq = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = st.l[i];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      const int row = row0 + 8 * i;
+      const float inv = l == 0.f ? 0.f : v_max / l;
+      if (row < t.seqlen_q) {
+        OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
+#pragma unroll
+        for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+          for (int c8 = 0; c8 < 16; ++c8) {
+            const int col = nb * 128 + c8 * 8 + 2 * tq;
+            *reinterpret_cast<uint32_t*>(out + col) =
+                pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+          }
+        if (tq == 0)
+          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
+              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+      }
+    }
+    tiles += n_tiles;
+    ++items;
   }
 }
 
@@ -706,13 +727,21 @@ cudaError_t launch(const Launch& l) {
   const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  const dim3 grid((l.max_seqlen_q + BLOCK_M - 1) / BLOCK_M, l.batch * l.p.heads);
-  kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, l.p);
+  Params p = l.p;
+  p.m_blocks = (l.max_seqlen_q + BLOCK_M - 1) / BLOCK_M;
+  p.work_tiles = p.m_blocks * l.batch * p.heads;
+  if (p.work_tiles == 0) return cudaSuccess;
+  int device, sms;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return err;
+  // one CTA per SM (shared memory holds one), each looping over work tiles
+  kernel<<<min(p.work_tiles, sms), 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
   return cudaGetLastError();
 }
 
-// the causal flag and the loop as template arguments; PINGPONG only where `pingpong` (16-bit), else -2
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT, bool WITH_PINGPONG = false>
+// the causal flag and the loop as template arguments; an unknown loop gives -2
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT>
 cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   if (loop == SERIAL)
     return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, SERIAL, OutT>(l)
@@ -720,11 +749,6 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   if (loop == OVERLAP)
     return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, OVERLAP, OutT>(l)
                   : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, OVERLAP, OutT>(l);
-  if constexpr (WITH_PINGPONG) {
-    if (loop == PINGPONG)
-      return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, PINGPONG, OutT>(l)
-                    : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, PINGPONG, OutT>(l);
-  }
   return static_cast<cudaError_t>(-2);
 }
 
@@ -746,8 +770,8 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
 template <class E>
 cudaError_t launch_16bit(int d, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
-  return d == 128 ? launch_loop<E, 128, BLOCK_N_16BIT_D128, 2, 2, Out, true>(causal, loop, l)
-                  : launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out, true>(causal, loop, l);
+  return d == 128 ? launch_loop<E, 128, BLOCK_N_16BIT_D128, 2, 2, Out>(causal, loop, l)
+                  : launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
 }
 
 }  // namespace
