@@ -402,23 +402,33 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-// One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see. Work tiles are
-// numbered head-major with the row blocks inside (causal: longest first), so the CTAs running at once read the
-// same heads' K and V from L2.
+// One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
 struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles;
 };
 
+// Index of this CTA's k-th work tile. Without a causal mask every tile is as long as the others: they are numbered
+// head by head and dealt round-robin, so the CTAs running at once read the same heads' K and V from L2. Causal
+// tiles are numbered longest first across all heads and dealt boustrophedon (CTA c takes the c-th of each even
+// round and the c-th from the end of each odd one), which evens out every CTA's total.
+template <bool CAUSAL>
+__device__ __forceinline__ int work_index(int k) {
+  const int c = CAUSAL && (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  return k * gridDim.x + c;
+}
+
 // Work tile w; false when its rows lie past its sequence's end (varlen)
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL>
 __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
-  const int bh = w / p.m_blocks, rank = w % p.m_blocks;
+  const int heads_total = p.work_tiles / p.m_blocks;  // batch x heads
+  const int bh = CAUSAL ? w % heads_total : w / p.m_blocks;
+  const int m_blk = CAUSAL ? p.m_blocks - 1 - w / heads_total : w % p.m_blocks;
   t.b = bh / p.heads;
   t.h = bh % p.heads;
   t.hk = t.h / (p.heads / p.kv_heads);
   t.q_start = p.cu_q[t.b];
   t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
-  t.m0 = (CAUSAL ? p.m_blocks - 1 - rank : rank) * BLOCK_M;
+  t.m0 = m_blk * BLOCK_M;
   if (t.m0 >= t.seqlen_q) return false;
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
@@ -430,8 +440,7 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
 }
 
 // BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
-// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
-// across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
+// Persistent: each CTA takes the work tiles of work_index; the ring and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
 // P·V and the epilogue of the current one.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
@@ -467,7 +476,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+    for (int k = 0, w; (w = work_index<CAUSAL>(k)) < p.work_tiles; ++k) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
@@ -506,7 +515,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+  for (int k = 0, w; (w = work_index<CAUSAL>(k)) < p.work_tiles; ++k) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
