@@ -1,7 +1,7 @@
 // Forward attention for Hopper (sm_90a) in CUDA C++ with FlashAttention-3's structure: FP8 (e4m3) and BF16/FP16.
 //
-// A persistent CTA per SM computes work tiles of 128 (or 192) query rows of one (sequence, head) in turn: a
-// producer warpgroup streams Q and a ring of K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier
+// A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows
+// of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier
 // completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from
 // shared memory, P from registers) with the online softmax between. The loop (Loop below) runs each tile's steps
 // in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
@@ -407,22 +407,12 @@ struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles;
 };
 
-// Index of this CTA's k-th work tile. Without a causal mask every tile is as long as the others: they are numbered
-// head by head and dealt round-robin, so the CTAs running at once read the same heads' K and V from L2. Causal
-// tiles are numbered longest first across all heads and dealt boustrophedon (CTA c takes the c-th of each even
-// round and the c-th from the end of each odd one), which evens out every CTA's total.
-template <bool CAUSAL>
-__device__ __forceinline__ int work_index(int k) {
-  const int c = CAUSAL && (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  return k * gridDim.x + c;
-}
-
-// Work tile w; false when its rows lie past its sequence's end (varlen)
+// Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
+// once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen)
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL>
 __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
-  const int heads_total = p.work_tiles / p.m_blocks;  // batch x heads
-  const int bh = CAUSAL ? w % heads_total : w / p.m_blocks;
-  const int m_blk = CAUSAL ? p.m_blocks - 1 - w / heads_total : w % p.m_blocks;
+  const int bh = w / p.m_blocks, rank = w % p.m_blocks;
+  const int m_blk = CAUSAL ? p.m_blocks - 1 - rank : rank;
   t.b = bh / p.heads;
   t.h = bh % p.heads;
   t.hk = t.h / (p.heads / p.kv_heads);
@@ -440,7 +430,8 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
 }
 
 // BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
-// Persistent: each CTA takes the work tiles of work_index; the ring and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
+// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
+// across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
 // P·V and the epilogue of the current one.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
@@ -476,7 +467,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int k = 0, w; (w = work_index<CAUSAL>(k)) < p.work_tiles; ++k) {
+    for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
@@ -515,7 +506,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int k = 0, w; (w = work_index<CAUSAL>(k)) < p.work_tiles; ++k) {
+  for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
@@ -744,8 +735,13 @@ cudaError_t launch(const Launch& l) {
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
       (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
-  // one CTA per SM (shared memory holds one), each looping over work tiles
-  kernel<<<min(p.work_tiles, sms), 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
+  // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
+  // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
+  // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
+  // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
+  // lets the hardware deal them in order, head by head and longest first.
+  const int grid = CAUSAL ? p.work_tiles : min(p.work_tiles, sms);
+  kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
   return cudaGetLastError();
 }
 
