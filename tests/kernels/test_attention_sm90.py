@@ -102,8 +102,10 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([1], [777], 16, 2, 128, True),  # decode-shaped
     ([257, 129], [257, 129], 4, 1, 256, False),
     ([1536], [1536], 2, 2, 256, True),
-    # more work tiles than SMs: each persistent CTA runs several, of unequal length, some past their sequence's end
+    # more work tiles than SMs: without a causal mask each persistent CTA runs several, some past their sequence's
+    # end; causal, one CTA per work tile
     ([4000, 3000, 129, 1], [4000, 3000, 129, 1], 16, 4, 128, True),
+    ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
     ([2500, 700], [2500, 900], 16, 8, 256, False),
 ]
 
