@@ -81,6 +81,20 @@ def test_auto_settings_are_variants_the_library_builds():
     assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
 
 
+def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
+    # quantize_qkv writes V key-permuted exactly where this kernel serves FP8: the Triton kernel reads the natural
+    # order only
+    monkeypatch.setattr(cuda_build, "available", lambda: True)
+    for choice, d, expected in [("auto", 128, True), ("auto", 256, True), ("cuda", 128, True), ("triton", 128, False),
+                                ("auto", 64, False), ("cuda", 64, False)]:
+        monkeypatch.setenv("FA3FP8_KERNEL", choice)
+        assert attention_sm90.serves_fp8(d, 64 if d < 256 else 128, 128) is expected, (choice, d)
+    monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
+    assert not attention_sm90.serves_fp8(128, 64, 64)  # K/V blocks the kernel does not take
+    monkeypatch.setattr(cuda_build, "available", lambda: False)
+    assert not attention_sm90.serves_fp8(128, 64, 128)
+
+
 def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
     q = torch.zeros(64, 2, 64, dtype=torch.bfloat16)
     assert not attention_sm90.supported_16bit(q, q, q)  # d64 stays on Triton

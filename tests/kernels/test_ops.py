@@ -1,9 +1,12 @@
 """ops.py: input validation, the custom ops (fake kernels, torch.compile) and the reference fallback on CPU."""
 
+import dataclasses
+
 import pytest
 import torch
 
 import fa3fp8
+from fa3fp8.fp8_layout import permute_v_keys
 from fa3fp8.reference import attention_reference, attention_varlen_reference
 from fa3fp8.testing import random_qkv
 
@@ -83,11 +86,23 @@ def test_cpu_varlen_and_fp8_paths_run():
     assert (out8.float() - ref).pow(2).mean().sqrt() < 0.05
 
 
+def test_key_permuted_bundle_gives_the_same_attention_on_the_reference():
+    # the CUDA kernel's V layout (v_permuted) through the public FP8 function: the reference reads it back in order
+    q, k, v = random_qkv(1, 40, 70, 4, 2, 128, torch.bfloat16, "cpu", seed=5)
+    qkv = fa3fp8.quantize_qkv(q, k, v)
+    permuted = dataclasses.replace(qkv, v8t=permute_v_keys(qkv.v8t), v_permuted=True)
+    assert not torch.equal(permuted.v8t.float(), qkv.v8t.float())
+    for causal in (False, True):
+        torch.testing.assert_close(fa3fp8.flash_attn_fp8_func(permuted, causal=causal),
+                                   fa3fp8.flash_attn_fp8_func(qkv, causal=causal), rtol=0, atol=0)
+
+
 def test_custom_ops_pass_opcheck():
     q, k, v = (x.reshape(-1, *x.shape[2:]) for x in random_qkv(2, 8, 8, 2, 1, 64, torch.float16, "cpu"))
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, False))
+    torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, True))
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
