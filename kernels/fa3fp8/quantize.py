@@ -96,7 +96,7 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     grid = (triton.cdiv(max_seqlen, block), heads, batch)
     _quantize_kernel[grid](
         x, y, scale, r, cu_seqlens, cu_blocks, y_cols, n_blocks, d**-0.5,
-        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, POW2_SCALE=pow2_scale, FP8_MAX=E4M3_MAX,
-        ROUND_FIRST=env.interpreting(), num_warps=8,
+        HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, POW2_SCALE=pow2_scale,
+        FP8_MAX=E4M3_MAX, ROUND_FIRST=env.interpreting(), num_warps=8,
     )
     return y, scale, cu_blocks

@@ -579,18 +579,33 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       fence_regs(pa);
       for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
     };
+    // one product alone, waited for, its K or V slot released: the serial loop's steps, and the overlapped loop's
+    // first Q·Kᵀ and last P·V
+    auto qk_alone = [&](int j) {
+      mbar_wait(&sm.k_full[slot(j)], phase(j));
+      wgmma_fence();
+      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_s();
+      release(sm.k_empty, j);
+    };
+    auto pv_alone = [&](int j) {
+      mbar_wait(&sm.v_full[slot(j)], phase(j));
+      wait_o();
+      wgmma_fence();
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wait_o();
+      release(sm.v_empty, j);
+    };
 
     if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks, vs;
         scales(0, ks, vs);
-        mbar_wait(&sm.k_full[slot(0)], phase(0));
-        wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(0)]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wait_s();
-        release(sm.k_empty, 0);
+        qk_alone(0);
         softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
@@ -616,39 +631,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0) {
-        const int last = n_tiles - 1;
-        mbar_wait(&sm.v_full[slot(last)], phase(last));
-        wait_o();
-        wgmma_fence();
-        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(last)]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wait_o();
-        release(sm.v_empty, last);
-      }
+      if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks, vs;
         scales(j, ks, vs);
-        mbar_wait(&sm.k_full[slot(j)], phase(j));
-        wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wait_s();
-        release(sm.k_empty, j);
+        qk_alone(j);
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
-        mbar_wait(&sm.v_full[slot(j)], phase(j));
-        wait_o();
-        wgmma_fence();
-        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wait_o();
-        release(sm.v_empty, j);
+        pv_alone(j);
       }
     }
     // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue
@@ -731,16 +723,19 @@ cudaError_t launch(const Launch& l) {
   p.m_blocks = (l.max_seqlen_q + BLOCK_M - 1) / BLOCK_M;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
-  int device, sms;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-    return err;
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
   // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
   // lets the hardware deal them in order, head by head and longest first.
-  const int grid = CAUSAL ? p.work_tiles : min(p.work_tiles, sms);
+  int grid = p.work_tiles;
+  if constexpr (!CAUSAL) {
+    int device, sms;
+    if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+      return err;
+    grid = min(grid, sms);
+  }
   kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
   return cudaGetLastError();
 }
