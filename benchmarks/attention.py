@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 import fa3fp8  # noqa: E402
 from fa3fp8 import configs  # noqa: E402
 from fa3fp8.attention import attention_fwd  # noqa: E402
-from fa3fp8.fp8_layout import permute_v_keys  # noqa: E402
 from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
 from fa3fp8.testing import host_ms, random_qkv, rmse  # noqa: E402
 
@@ -289,21 +288,35 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
-    ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only
+    ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only (D128_ONLY)
+    ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
 }
+D128_ONLY = ("cuda-serial-3wg", "cuda-serial-256")
+CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
 
-def kernel_runner(name, fp8, q, k, v, b, causal):
-    """A closure running one forward kernel at one fixed choice (KERNELS) on dense q, k, v, or its FP8 bundle b."""
+def fp8_bundles(q, k, v):
+    """quantize_qkv's bundles of q, k, v for each FP8 kernel, {"triton": ..., "cuda": ...}: V's key order differs."""
+    bundles = {}
+    for kernel in ("triton", "cuda"):
+        os.environ["FA3FP8_KERNEL"] = kernel
+        bundles[kernel] = fa3fp8.quantize_qkv(q, k, v)
+    os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" rows
+    return bundles
+
+
+def kernel_runner(name, fp8, q, k, v, bundles, causal):
+    """A closure running one forward kernel at one fixed choice (KERNELS) on dense q, k, v, or on the FP8 bundle of
+    fp8_bundles for that kernel."""
     from fa3fp8 import attention_sm90
 
     d = q.shape[-1]
     scale = d**-0.5
     extra = KERNELS[(name, fp8)]
     if fp8:
-        v8t = b.v8t if extra is None else permute_v_keys(b.v8t)  # b is quantized for the Triton kernel
-        args = (b.q8, b.k8, v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
+        b = bundles["triton" if extra is None else "cuda"]
+        args = (b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,
                 b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k)
         if extra is None:
             return lambda: attention_fwd(*args, torch.bfloat16)[0]
@@ -328,15 +341,15 @@ def kernels(args):
     os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" rows
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
         dtype = "fp8" if fp8 else "bf16"
-        for d in (128, 256):
+        for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
             for causal in (False, True):
                 batch, heads = shape_for(seqlen, d)
                 q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
-                b = fa3fp8.quantize_qkv(q, k, v) if fp8 else None
+                b = fp8_bundles(q, k, v) if fp8 else None
                 cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
-                cb = fa3fp8.quantize_qkv(cq, ck, cv) if fp8 else None
+                cb = fp8_bundles(cq, ck, cv) if fp8 else None
                 ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
-                names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or not n.endswith("3wg"))]
+                names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)]
                 runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
                 if fp8:
                     try:
@@ -404,7 +417,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="bench S in {1K, 16K} only")
     parser.add_argument("--asm", choices=("bf16", "fp8"), help="sweep: also write d128 TTGIR/PTX/SASS")
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
-                        help="sweep: head dims, comma-separated")
+                        help="sweep, kernels: head dims, comma-separated")
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"],
                         help="kernels: bf16 and/or fp8, comma-separated")

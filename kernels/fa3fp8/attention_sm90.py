@@ -2,11 +2,11 @@
 and for BF16/FP16.
 
 One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head; causal: one CTA
-per work tile, as their lengths differ): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two (or three) consumer warpgroups of 64 query rows run
-Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial" runs each tile's steps in order; "overlap" issues Q·Kᵀ
+per work tile, as their lengths differ): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
+(or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial" runs each tile's steps in order; "overlap" issues Q·Kᵀ
 of tile j before P·V of tile j-1 so that the softmax of tile j runs while the tensor cores work. FP8 takes the
-quantized bundle of `quantize_qkv` (128-key K/V tiles, 64- or 128-row Q tiles, V key-permuted); BF16/FP16 take
-packed Q, K, V as they are.
+quantized bundle of `quantize_qkv` (128-key K/V quantization blocks, 64- or 128-row Q blocks, V key-permuted) and
+reads K/V tiles of one or two blocks (`block_n`); BF16/FP16 take packed Q, K, V as they are.
 """
 
 import torch
@@ -14,7 +14,8 @@ import torch
 from . import cuda_build, env
 
 LOG2E = 1.4426950408889634
-BLOCK_N = 128  # keys per FP8 K/V tile; also the bundle's K/V quantization block
+KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
+FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
@@ -25,7 +26,9 @@ LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
 # (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (same run):
 # BF16 +25-35% (d128 646 / 622 against 514 / 504, d256 728 / 696 against 539 / 528), FP8 d256 +15% (1045 / 1020
 # against 903 / 889), FP8 d128 non-causal with three consumers in order +14% (838 against 734), causal overlapped
-# +4% (781 against 754; three consumers 772).
+# +4% (781 against 754; three consumers 772). Session 6 (S16K, three runs): FP8 d128 256-key tiles in order, two
+# consumers (block_n=256), 846-875 / 763-812 against three consumers' 841-882 / 806-840 and overlap's 828-835 /
+# 810-819: level with three consumers, so not a default.
 FASTER = {
     **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
     (128, True, False): {"loop": "serial", "consumers": 3},
@@ -48,7 +51,7 @@ def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
 
 def supported(d: int, block_m: int, block_n: int) -> bool:
     """True when the FP8 kernel handles this head dim and these quantization blocks (else the Triton kernel runs)."""
-    return d in HEAD_DIMS and block_n == BLOCK_N and block_m in (64, 128) and cuda_build.available()
+    return d in HEAD_DIMS and block_n == KV_BLOCK and block_m in (64, 128) and cuda_build.available()
 
 
 def supported_16bit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -82,7 +85,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count or loop"
+        message = "unsupported head dim, consumer count, loop or block_n"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -90,12 +93,12 @@ def _check(code: int) -> None:
 
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2,
+    q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
-    keys permuted (fp8_layout.permute_v_keys), scales
-    (heads, n_blocks). `loop`: "serial" or "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3
-    warpgroups of 64 query rows per CTA (3: d128, serial). Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
+    keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
+    head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
+    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N. Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
     fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
@@ -108,7 +111,7 @@ def attention_fp8_fwd_sm90(
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers,
+        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
         int(out_dtype == torch.bfloat16), torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse

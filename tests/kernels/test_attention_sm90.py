@@ -29,9 +29,9 @@ def ptxas_report(tmp_path_factory):
 
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
-    # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}; 3 consumers: d128 in order) x causal x
-    # output {bf16, fp16}; BF16/FP16: dtype x head dim {128, 256} x loop x causal
-    assert len(ptxas_report) == 20 + 16
+    # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
+    # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x head dim {128, 256} x loop x causal
+    assert len(ptxas_report) == 24 + 16
 
 
 TEMPLATE = re.compile(
@@ -42,14 +42,14 @@ TEMPLATE = re.compile(
 
 @needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
-    # the defaults of attention_sm90.LOOP; FP8 d256's causal overlapped loop spills a little (O takes 128 registers
-    # per thread) and still measured faster than the serial one
+    # the defaults of attention_sm90.LOOP on two consumers and FP8's 128-key tiles; FP8 d256's causal overlapped loop
+    # spills a little (O takes 128 registers per thread) and still measured faster than the serial one
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
         d, fp8 = int(t["d"]), t["type"] == "E4M3E"
         default_loop = int(t["loop"]) == attention_sm90.LOOPS[attention_sm90.LOOP[(d, fp8)]]
-        if t["consumers"] == "2" and default_loop:
+        if t["consumers"] == "2" and default_loop and (not fp8 or t["block_n"] == "128"):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
@@ -65,19 +65,21 @@ def test_wgmma_is_not_serialized(ptxas_report):
 
 def test_supported_blocks():
     assert not attention_sm90.supported(64, 64, 128)
-    assert not attention_sm90.supported(128, 64, 64)  # K/V scales are per 128-key tile
+    assert not attention_sm90.supported(128, 64, 64)  # K/V scales are per 128 keys
     assert not attention_sm90.supported(128, 32, 128)
 
 
 def test_auto_settings_are_variants_the_library_builds():
-    # FASTER is what FA3FP8_KERNEL=auto launches: each entry must name a loop and consumer count the C entry points
-    # accept (three consumers: FP8 d128, serial)
+    # FASTER is what FA3FP8_KERNEL=auto launches: each entry must name a loop, consumer count and tile the C entry
+    # points accept (three consumers: FP8 d128, serial, 128 keys; 256-key tiles: FP8 d128)
     for (d, fp8, causal), settings in attention_sm90.FASTER.items():
         assert d in attention_sm90.HEAD_DIMS
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         assert loop in attention_sm90.LOOPS
+        block_n = settings.get("block_n", 128)
+        assert block_n in attention_sm90.FP8_BLOCK_N and (block_n == 128 or (fp8 and d == 128 and loop == "serial"))
         if settings.get("consumers", 2) == 3:
-            assert fp8 and d == 128 and loop == "serial"
+            assert fp8 and d == 128 and loop == "serial" and block_n == 128
     assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
 
 
@@ -131,25 +133,33 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers", [("overlap", 2), ("serial", 2), ("serial", 3)],
-                         ids=["overlap", "serial", "serial-3wg"])
+@pytest.mark.parametrize("loop,consumers,block_n",
+                         [("overlap", 2, 128), ("serial", 2, 128), ("serial", 3, 128), ("serial", 2, 256)],
+                         ids=["overlap", "serial", "serial-3wg", "serial-256"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers):
-    if consumers == 3 and d != 128:
-        pytest.skip("three consumer warpgroups exist at d128 only")
+def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers, block_n):
+    if (consumers == 3 or block_n == 256) and d != 128:
+        pytest.skip("three consumer warpgroups and 256-key tiles exist at d128 only")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
     v, _ = _packed(lens_k, kv_heads, d, gen)
     q_block = 64 if d == 128 else 128
-    b = quantize_qkv_reference(q, k, v, cu_q, cu_k, q_block, 128)
+    b = quantize_qkv_reference(q, k, v, cu_q, cu_k, q_block, attention_sm90.KV_BLOCK)
+    v8t = permute_v_keys(b.v8t)
+    # a tile's block past its sequence's last must not read the columns or scales past the bundle's last block
+    # (unset by quantize_qkv, NaN here)
+    used = int(b.cu_blocks_k[-1])
+    v8t.view(torch.uint8)[..., used * attention_sm90.KV_BLOCK:] = 0x7F
+    k_scale, v_scale = (torch.full((s.shape[0], used + 1), float("nan"), device="cuda") for s in (b.k_scale, b.v_scale))
+    k_scale[:, :used], v_scale[:, :used] = b.k_scale[:, :used], b.v_scale[:, :used]
     scale = d**-0.5
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
-        b.q8, b.k8, permute_v_keys(b.v8t), cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers,
+        b.q8, b.k8, v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, k_scale, v_scale,
+        b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers, block_n=block_n,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)

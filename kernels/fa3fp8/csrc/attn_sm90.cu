@@ -1,9 +1,9 @@
 // Forward attention for Hopper (sm_90a) in CUDA C++ with FlashAttention-3's structure: FP8 (e4m3) and BF16/FP16.
 //
 // A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows
-// of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with TMA (128-byte swizzle, mbarrier
-// completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and O += P·V on wgmma (S from
-// shared memory, P from registers) with the online softmax between. The loop (Loop below) runs each tile's steps
+// of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with
+// TMA (128-byte swizzle, mbarrier completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and
+// O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between. The loop (Loop below) runs each tile's steps
 // in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
 // (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ, V after its P·V), so
 // the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q and first K/V tiles
@@ -29,6 +29,7 @@ namespace {
 
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
+constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's K and V
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -92,6 +93,10 @@ struct alignas(1024) SharedStorage {
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
 };
+
+// A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
+using StorageFor = SharedStorage<CONSUMERS * WG_ROWS * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>;
 
 // ------------------------------------------------------------------------------------------ PTX wrappers
 
@@ -160,7 +165,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Accumulator operand lists: 40, 64 or 88 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
+// Accumulator operand lists: 40, 64, 88 or 128 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
 #define FA_RW(x) "+f"(x)
 #define FA_WO(x) "=f"(x)
 #define FA_R4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
@@ -170,6 +175,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #define FA_R40(c, d) FA_R32(c, d), FA_R8(c, d, 32)
 #define FA_R64(c, d) FA_R32(c, d), FA_R16(c, d, 32), FA_R16(c, d, 48)
 #define FA_R88(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R8(c, d, 80)
+#define FA_R128(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R16(c, d, 80), FA_R16(c, d, 96), FA_R16(c, d, 112)
 #define FA_ACC40                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
@@ -184,6 +190,14 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "        \
   "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "        \
   "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87}"
+#define FA_ACC128                                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "  \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "   \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, "       \
+  "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "       \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
 // S (64 x N, fp32) = Q (64 x K, shared) · Kᵀ (K x N, shared), both K-major: `first` overwrites S, `add` adds to it.
 // In `first` the accumulator is write-only: as an input it would tie this wgmma to whatever last wrote those
@@ -212,6 +226,8 @@ struct WgmmaQK;
 
 FA_WGMMA_QK(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", FA_ACC64, FA_R64, "64", "65",
             "66")
+FA_WGMMA_QK(E4M3, 256, "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "", FA_ACC128, FA_R128, "128",
+            "129", "130")
 FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
@@ -264,18 +280,18 @@ struct RowState {
   float l[2];  // this thread's part of the running sum (reduced over the quad in the epilogue)
 };
 
-// Reduction of a row's values held by one thread (2 per 8-column group): 8 independent chains then a tree. With
-// two consumer warps per scheduler there is little to hide latency behind, and one 32-long dependent chain costs
-// ~130 cycles.
-template <int NREGS, typename Op>
-__device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int i, Op op) {
-  constexpr int GROUPS = NREGS / 4;
-  static_assert(GROUPS >= 8, "tiles of at least 64 keys");
+// Reduction of a row's values held by one thread in 8-column groups g0 .. g0 + GROUPS - 1 (2 per group; g0 is a
+// constant once unrolled): 8 independent chains then a tree. With two consumer warps per scheduler there is little
+// to hide latency behind, and one 32-long dependent chain costs ~130 cycles.
+template <int GROUPS, int NREGS, typename Op>
+__device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int i, Op op) {
+  static_assert(GROUPS >= 8 && GROUPS * 4 <= NREGS, "at least 64 keys, inside the tile");
   float part[8];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) part[c] = op(s[c * 4 + i * 2], s[c * 4 + i * 2 + 1]);
+  for (int c = 0; c < 8; ++c) part[c] = op(s[(g0 + c) * 4 + i * 2], s[(g0 + c) * 4 + i * 2 + 1]);
 #pragma unroll
-  for (int c8 = 8; c8 < GROUPS; ++c8) part[c8 % 8] = op(part[c8 % 8], op(s[c8 * 4 + i * 2], s[c8 * 4 + i * 2 + 1]));
+  for (int c8 = 8; c8 < GROUPS; ++c8)
+    part[c8 % 8] = op(part[c8 % 8], op(s[(g0 + c8) * 4 + i * 2], s[(g0 + c8) * 4 + i * 2 + 1]));
 #pragma unroll
   for (int width = 4; width > 0; width /= 2)
 #pragma unroll
@@ -284,14 +300,17 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int i, Op o
 }
 
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + p_offset),
-// written back into s; the row sums gain the tile's p times l_unit. The running max m of this warp's rows moves
-// only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p stays below
-// 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional rescale;
-// O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
-template <class E, bool MASKED, bool CAUSAL, int NREGS>
-__device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, float scale, float p_offset,
-                                               float l_unit, float (&alpha)[2], int n0, int row0, int seqlen_k,
-                                               int diag) {
+// written back into s; the row sums gain the tile's p times l_unit. A tile holds SB blocks of keys, each with its
+// own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization blocks). The running max m of this
+// warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
+// stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
+// rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
+template <class E, bool MASKED, bool CAUSAL, int NREGS, int SB>
+__device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
+                                               const float (&p_offset)[SB], const float (&l_unit)[SB],
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
+  static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
+  constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
   auto add = [](float a, float b) { return a + b; };
@@ -301,17 +320,23 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     for (int r = 0; r < NREGS; ++r) {
       const int key = n0 + 8 * (r / 4) + 2 * t + r % 2;
       const bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * ((r / 2) % 2) + diag);
-      s[r] = visible ? s[r] * scale : -INFINITY;
+      s[r] = visible ? s[r] * scale[r / BLOCK_REGS] : -INFINITY;
     }
   }
-  float mx[2], offset[2];
+  float mx[2], offset[SB][2];
   bool passes = false;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    mx[i] = reduce_row(s, i, fmax);
+    // unmasked scores are raw: the max is scaled after the reduction (scales are positive), per block
+    if constexpr (MASKED || SB == 1) {
+      mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
+    } else {
+      mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
+                    reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
+    }
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-    if (!MASKED) mx[i] *= scale;
+    if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
   const bool moved = __any_sync(0xffffffff, passes);
@@ -320,16 +345,24 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     const float m_old = st.m[i];
     if (moved) st.m[i] = fmaxf(m_old, mx[i]);
     const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
-    offset[i] = p_offset - m_use;
+#pragma unroll
+    for (int h = 0; h < SB; ++h) offset[h][i] = p_offset[h] - m_use;
     alpha[i] = moved ? ex2(m_old - m_use) : 1.f;
   }
 #pragma unroll
   for (int r = 0; r < NREGS; ++r) {
-    const int i = (r / 2) % 2;
-    s[r] = ex2(MASKED ? s[r] + offset[i] : fmaf(s[r], scale, offset[i]));
+    const int h = r / BLOCK_REGS, i = (r / 2) % 2;
+    s[r] = ex2(MASKED ? s[r] + offset[h][i] : fmaf(s[r], scale[h], offset[h][i]));
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) st.l[i] = st.l[i] * alpha[i] + reduce_row(s, i, add) * l_unit;
+  for (int i = 0; i < 2; ++i) {
+    // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
+    if constexpr (SB == 1)
+      st.l[i] = st.l[i] * alpha[i] + reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
+    else
+      st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
+                                          reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
+  }
   return moved;
 }
 
@@ -373,9 +406,10 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
   }
 }
 
-// O (64 x D as D/128 accumulators of 64 x 128) += P (64 x N keys) · V tile. FP8: the tile is V transposed (D rows
-// x 128 keys, one panel), k-steps of 32 keys are 32 bytes apart. 16-bit: the tile is V as stored (N keys x D, D/64
-// panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns of D are one panel further.
+// O (64 x D as D/128 accumulators of 64 x 128) += P (64 x N keys) · V tile. FP8: the tile is V transposed, one
+// panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile is
+// V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns of
+// D are one panel further.
 template <class E, int D, int N, int PREGS>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t (&a)[PREGS], const uint8_t* v_tile) {
 #pragma unroll
@@ -384,7 +418,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t
     for (int kk = 0; kk < PREGS / 4; ++kk) {
       uint64_t desc;
       if constexpr (E::FP8)
-        desc = smem_desc(v_tile + nb * 128 * PANEL + kk * 32);
+        desc = smem_desc(v_tile + (kk / 4) * D * PANEL + nb * 128 * PANEL + (kk % 4) * 32);
       else
         desc = smem_desc(v_tile + nb * 2 * N * PANEL + kk * 16 * PANEL, N * PANEL);
       WgmmaPV<E>::add(o[nb], &a[kk * 4], desc);
@@ -429,7 +463,7 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   return true;
 }
 
-// BLOCK_N keys per K/V tile (FP8: 128, the bundle's K/V quantization block), STAGES tiles of K and of V in the ring.
+// BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
 // across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
 // P·V and the epilogue of the current one.
@@ -443,9 +477,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int TILE_BYTES = BLOCK_N * ROW_BYTES;    // one K or V tile
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
+  constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
+  static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
   constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
-  using Storage = SharedStorage<BLOCK_M * ROW_BYTES, TILE_BYTES, STAGES>;
+  using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   if (threadIdx.x == 0) {
@@ -474,7 +510,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
         tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, t.h * ROW_BYTES + pn * PANEL, t.q_start + t.m0, &sm.q_full);
-      const int vcol = E::FP8 ? p.cu_bk[t.b] * BLOCK_N : 0;  // FP8: this sequence's first column of V transposed
+      // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
+      // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
+      const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK : 0;
+      const int vcol_last = E::FP8 ? (p.cu_bk[t.b + 1] - 1) * KV_BLOCK : 0;
       for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
@@ -486,7 +525,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
         if constexpr (E::FP8) {
-          tma_load(sm.v[s], &map_v, vcol + j * BLOCK_N, t.hk * D, &sm.v_full[s]);
+          for (int pn = 0; pn < SB; ++pn)  // one [D rows x 128 keys] panel per block
+            tma_load(sm.v[s] + pn * D * PANEL, &map_v, min(vcol + (j * SB + pn) * KV_BLOCK, vcol_last), t.hk * D,
+                     &sm.v_full[s]);
         } else {
           for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
             tma_load(sm.v[s] + pn * BLOCK_N * PANEL, &map_v, t.hk * ROW_BYTES + pn * PANEL,
@@ -513,13 +554,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
     float qk_scale = p.qk_scale_log2;
-    const float* k_scale = nullptr;  // FP8: this sequence's per-tile K and V scales
+    const float* k_scale = nullptr;  // FP8: this sequence's per-block K and V scales, kv_blocks of them
     const float* v_scale = nullptr;
+    int kv_blocks = 0;
     if constexpr (E::FP8) {
       if (wg_m0 < t.seqlen_q) qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
       const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b];
       k_scale = p.k_scale + kblk;
       v_scale = p.v_scale + kblk;
+      kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b];
     }
 
     float o[D / 128][64];
@@ -539,31 +582,43 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     float v_max = 1.f;
     if constexpr (E::FP8) {
       v_max = 0.f;
-      for (int j = lane; j < n_tiles; j += 32) v_max = fmaxf(v_max, v_scale[j]);
+      const int blocks = SB == 1 ? n_tiles : min(n_tiles * SB, kv_blocks);
+      for (int blk = lane; blk < blocks; blk += 32) v_max = fmaxf(v_max, v_scale[blk]);
 #pragma unroll
       for (int width = 16; width > 0; width /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, width));
     }
 
     mbar_wait(&sm.q_full, items & 1);
 
-    // per-tile scales are read before the barrier waits so their latency hides behind the copies and wgmma
-    auto scales = [&](int j, float& ks, float& vs) {
-      ks = 1.f, vs = 1.f;
-      if constexpr (E::FP8) ks = k_scale[j], vs = v_scale[j];
+    // per-block scales are read before the barrier waits so their latency hides behind the copies and wgmma; a
+    // tile's second block may lie past the sequence's last (its keys are masked), and reads that last one's scales
+    auto scales = [&](int j, float (&ks)[SB], float (&vs)[SB]) {
+#pragma unroll
+      for (int h = 0; h < SB; ++h) {
+        ks[h] = 1.f, vs[h] = 1.f;
+        if constexpr (E::FP8) {
+          const int blk = SB == 1 ? j : min(j * SB + h, kv_blocks - 1);
+          ks[h] = k_scale[blk], vs[h] = v_scale[blk];
+        }
+      }
     };
-    auto softmax_tile = [&](int j, float ks, float vs) {
-      float p_offset = E::P_SHIFT, l_unit = 1.f;
-      if constexpr (E::FP8) {
-        const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs) >> 23);  // v_max / vs = 2^shift
-        p_offset -= shift;
-        l_unit = __int_as_float((127 + shift) << 23);
+    auto softmax_tile = [&](int j, const float (&ks)[SB], const float (&vs)[SB]) {
+      float scale[SB], p_offset[SB], l_unit[SB];
+#pragma unroll
+      for (int h = 0; h < SB; ++h) {
+        scale[h] = qk_scale * ks[h], p_offset[h] = E::P_SHIFT, l_unit[h] = 1.f;
+        if constexpr (E::FP8) {
+          const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs[h]) >> 23);  // v_max / vs = 2^shift
+          p_offset[h] -= shift;
+          l_unit[h] = __int_as_float((127 + shift) << 23);
+        }
       }
       if (j * BLOCK_N >= t.n_full)
-        moved = online_softmax<E, true, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N,
-                                                row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                t.seqlen_k, t.diag);
       else
-        moved = online_softmax<E, false, CAUSAL>(s_acc, st, qk_scale * ks, p_offset, l_unit, alpha, j * BLOCK_N,
-                                                 row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                 t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
       if (moved) scale_o<D>(o, alpha);
@@ -603,7 +658,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 
     if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
-        float ks, vs;
+        float ks[SB], vs[SB];
         scales(0, ks, vs);
         qk_alone(0);
         softmax_tile(0, ks, vs);
@@ -611,7 +666,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pack_p<E>(s_acc, pa);
       }
       for (int j = 1; j < n_tiles; ++j) {
-        float ks, vs;
+        float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
@@ -634,7 +689,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
       for (int j = 0; j < n_tiles; ++j) {
-        float ks, vs;
+        float ks[SB], vs[SB];
         scales(j, ks, vs);
         qk_alone(j);
         softmax_tile(j, ks, vs);
@@ -716,7 +771,7 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT>;
-  const int smem = sizeof(SharedStorage<BLOCK_M * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>) + 1024;
+  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
@@ -752,16 +807,22 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   return static_cast<cudaError_t>(-2);
 }
 
-// FP8: 128-key tiles; the K/V ring holds 4 stages at d128, 2 at d256 (shared memory)
+// FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
+// which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
+// shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
 template <int D, typename OutT>
-cudaError_t launch_fp8(bool causal, int loop, const Launch& l) {
+cudaError_t launch_fp8(bool causal, int loop, int block_n, const Launch& l) {
+  if (block_n == 256)
+    return causal ? launch<E4M3, 128, 256, 3, 2, true, SERIAL, OutT>(l)
+                  : launch<E4M3, 128, 256, 3, 2, false, SERIAL, OutT>(l);
   return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
 }
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill)
 template <typename OutT>
 cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
-  return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l) : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
+  return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
+                : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
 
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
@@ -779,18 +840,21 @@ cudaError_t launch_16bit(int d, bool causal, int loop, const Launch& l) {
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, loop), else the CUDA error.
-// loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL).
+// unsupported (head dim, consumers, loop, block_n), else the CUDA error.
+// loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
+// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int loop, int consumers, int out_bf16, void* stream) {
-  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (consumers == 3 && (d != 128 || loop != SERIAL)))
+                        int causal, int loop, int consumers, int block_n, int out_bf16, void* stream) {
+  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
+      (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
+      (block_n == 256 && (d != 128 || loop != SERIAL)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
-      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, 128) ||
+      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n) ||
       !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d))
     return -1;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
@@ -803,9 +867,10 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   if (consumers == 3)
     err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, l) : launch_fp8_three_consumers<__half>(c, l);
   else if (d == 256)
-    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, l) : launch_fp8<256, __half>(c, loop, l);
+    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, l) : launch_fp8<256, __half>(c, loop, 128, l);
   else
-    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, l) : launch_fp8<128, __half>(c, loop, l);
+    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, l)
+                   : launch_fp8<128, __half>(c, loop, block_n, l);
   return static_cast<int>(err);
 }
 
