@@ -1,4 +1,4 @@
-"""The quantized Q/K/V bundle that the FP8 kernel reads, and its per-block scale bookkeeping."""
+"""The quantized Q/K/V bundle that the FP8 kernel reads, its Q and K/V parts, and its per-block scale bookkeeping."""
 
 from dataclasses import dataclass
 
@@ -61,6 +61,8 @@ class QuantizedQKV:
     cu_blocks[b] + t. v8t `(kv_heads, d,
     n_blocks_k * block_n)` is V transposed (K-major for the PV product), tile by tile: tile t of sequence b fills
     columns (cu_blocks_k[b] + t) * block_n onwards, zero-padded, so every tile starts 16-byte aligned for TMA.
+    n_blocks may exceed the tiles in use (cu_blocks[-1]): quantize_qkv allocates an upper bound, a quantized KV
+    cache its room to grow; the kernels read no tile past cu_blocks[-1], and those entries are unset.
     `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input.
     `v_permuted`: v8t's keys are in the CUDA kernel's order (`v_key_positions`), which only that kernel reads;
     quantize_qkv writes them so where that kernel serves FP8 at this head dim.
@@ -84,3 +86,38 @@ class QuantizedQKV:
     out_dtype: torch.dtype
     batch_shape: tuple[int, int] | None
     v_permuted: bool = False
+
+
+@dataclass
+class QuantizedQ:
+    """Q's part of a QuantizedQKV (`quantize_q`): q8, q_scale, cu_seqlens_q, cu_blocks_q, max_seqlen_q and block_m
+    as there, with `hadamard` (Q rotated), `out_dtype` (Q's dtype, the output's) and `batch_shape` (the dense
+    input's (batch, seqlen_q), None for packed input)."""
+
+    q8: torch.Tensor
+    q_scale: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    cu_blocks_q: torch.Tensor
+    max_seqlen_q: int
+    block_m: int
+    hadamard: bool
+    out_dtype: torch.dtype
+    batch_shape: tuple[int, int] | None
+
+
+@dataclass
+class QuantizedKV:
+    """K and V's part of a QuantizedQKV (`quantize_kv`, or a cache that keeps its K/V quantized): k8, v8t, k_scale,
+    v_scale, cu_seqlens_k, cu_blocks_k, max_seqlen_k, block_n and v_permuted as there, with `hadamard` (K rotated;
+    Q must be rotated alike)."""
+
+    k8: torch.Tensor
+    v8t: torch.Tensor
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    cu_blocks_k: torch.Tensor
+    max_seqlen_k: int
+    block_n: int
+    hadamard: bool
+    v_permuted: bool

@@ -5,12 +5,13 @@ import torch
 
 from . import env
 from .configs import fp8_blocks
-from .fp8_layout import QuantizedQKV, permute_v_keys
+from .fp8_layout import QuantizedKV, QuantizedQ, QuantizedQKV, block_offsets, permute_v_keys
 from .reference import (
     attention_decode_reference,
     attention_fp8_reference,
     attention_varlen_reference,
-    quantize_qkv_reference,
+    quantize_kv_reference,
+    quantize_reference,
 )
 
 HEAD_DIMS = (64, 128, 256)
@@ -52,21 +53,37 @@ def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
     return out.to(q.dtype), lse.to(torch.float32)
 
 
-def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
-                       permute_v):
+def _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard):
     if _use_triton(q):
         from .quantize import quantize_blocks
 
-        q8, q_scale, cu_blocks_q = quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+        return quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+    q8, q_scale = quantize_reference(q, cu_seqlens_q, block_m, hadamard)
+    return q8, q_scale, block_offsets(cu_seqlens_q, q.shape[0], block_m)[0]
+
+
+def _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v):
+    if _use_triton(k):
+        from .quantize import quantize_blocks
+
         k8, k_scale, cu_blocks_k = quantize_blocks(k.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, hadamard)
         v8t, v_scale, _ = quantize_blocks(
             v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
             pow2_scale=True,
         )
-        return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
-    b = quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard)
-    v8t = permute_v_keys(b.v8t) if permute_v else b.v8t
-    return b.q8, b.k8, v8t, b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k
+        return k8, v8t, k_scale, v_scale, cu_blocks_k
+    k8, v8t, k_scale, v_scale = quantize_kv_reference(k, v, cu_seqlens_k, block_n, hadamard)
+    v8t = permute_v_keys(v8t) if permute_v else v8t
+    return k8, v8t, k_scale, v_scale, block_offsets(cu_seqlens_k, k.shape[0], block_n)[0]
+
+
+def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
+                       permute_v):
+    q8, q_scale, cu_blocks_q = _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+    k8, v8t, k_scale, v_scale, cu_blocks_k = _quantize_kv_impl(
+        k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v
+    )
+    return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
 
 
 def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
@@ -126,17 +143,46 @@ def _quantize_qkv_op(
 @_quantize_qkv_op.register_fake
 def _quantize_qkv_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
                        permute_v):
-    batch = cu_seqlens_q.shape[0] - 1
-    n_blocks_q, n_blocks_k = -(-q.shape[0] // block_m) + batch, -(-k.shape[0] // block_n) + batch
+    q8, q_scale, cu_blocks_q = _quantize_q_fake(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+    k8, v8t, k_scale, v_scale, cu_blocks_k = _quantize_kv_fake(
+        k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v
+    )
+    return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
+
+
+@torch.library.custom_op("fa3fp8::quantize_q", mutates_args=())
+def _quantize_q_op(
+    q: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, block_m: int, hadamard: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+
+
+@_quantize_q_op.register_fake
+def _quantize_q_fake(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard):
+    n_blocks = -(-q.shape[0] // block_m) + cu_seqlens_q.shape[0] - 1
+    return (
+        q.new_empty(q.shape, dtype=torch.float8_e4m3fn), q.new_empty((q.shape[1], n_blocks), dtype=torch.float32),
+        torch.empty_like(cu_seqlens_q),
+    )
+
+
+@torch.library.custom_op("fa3fp8::quantize_kv", mutates_args=())
+def _quantize_kv_op(
+    k: torch.Tensor, v: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_k: int, block_n: int, hadamard: bool,
+    permute_v: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v)
+
+
+@_quantize_kv_op.register_fake
+def _quantize_kv_fake(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v):
+    n_blocks = -(-k.shape[0] // block_n) + cu_seqlens_k.shape[0] - 1
     kv_heads, d = k.shape[1], k.shape[2]
     e4m3 = torch.float8_e4m3fn
     return (
-        q.new_empty(q.shape, dtype=e4m3), k.new_empty(k.shape, dtype=e4m3),
-        k.new_empty((kv_heads, d, n_blocks_k * block_n), dtype=e4m3),
-        q.new_empty((q.shape[1], n_blocks_q), dtype=torch.float32),
-        k.new_empty((kv_heads, n_blocks_k), dtype=torch.float32),
-        k.new_empty((kv_heads, n_blocks_k), dtype=torch.float32),
-        torch.empty_like(cu_seqlens_q), torch.empty_like(cu_seqlens_k),
+        k.new_empty(k.shape, dtype=e4m3), k.new_empty((kv_heads, d, n_blocks * block_n), dtype=e4m3),
+        k.new_empty((kv_heads, n_blocks), dtype=torch.float32), k.new_empty((kv_heads, n_blocks), dtype=torch.float32),
+        torch.empty_like(cu_seqlens_k),
     )
 
 
@@ -181,8 +227,9 @@ def _op_or_impl(op, impl):
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def _check_tensors(q, named: tuple[tuple[str, torch.Tensor, str], ...]) -> None:
-    """Each (name, tensor, layout) is a tensor of the layout's rank in q's 16-bit dtype on q's device."""
+def _check_tensors(named: tuple[tuple[str, torch.Tensor, str], ...]) -> None:
+    """Each (name, tensor, layout) is a tensor of the layout's rank in the first one's 16-bit dtype on its device."""
+    first_name, first = named[0][0], named[0][1]
     for name, t, layout in named:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -190,20 +237,38 @@ def _check_tensors(q, named: tuple[tuple[str, torch.Tensor, str], ...]) -> None:
             raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
         if t.dtype not in DTYPES:
             raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+        if t.dtype != first.dtype:
+            raise ValueError(f"{name} must have {first_name}'s dtype {first.dtype}, got {t.dtype}")
+        if t.device != first.device:
+            raise ValueError(f"{name} must be on {first_name}'s device {first.device}, got {t.device}")
+
+
+def _layout(packed: bool) -> str:
+    return "(total, heads, d)" if packed else "(batch, seqlen, heads, d)"
+
+
+def _check_head_dim(name: str, d: int) -> None:
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim {name}.shape[-1] must be one of {HEAD_DIMS}, got {d}")
+
+
+def _check_same_shape(k, v) -> None:
+    if k.shape != v.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+
+
+def _check_kv(k, v, packed: bool) -> None:
+    _check_tensors((("k", k, _layout(packed)), ("v", v, _layout(packed))))
+    _check_head_dim("k", k.shape[-1])
+    _check_same_shape(k, v)
 
 
 def _check_qkv(q, k, v, packed: bool) -> None:
-    layout = "(total, heads, d)" if packed else "(batch, seqlen, heads, d)"
-    _check_tensors(q, (("q", q, layout), ("k", k, layout), ("v", v, layout)))
+    layout = _layout(packed)
+    _check_tensors((("q", q, layout), ("k", k, layout), ("v", v, layout)))
     d = q.shape[-1]
-    if d not in HEAD_DIMS:
-        raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")
-    if k.shape != v.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    _check_head_dim("q", d)
+    _check_same_shape(k, v)
     if k.shape[-1] != d:
         raise ValueError(f"k head dim must equal q's ({d}), got {k.shape[-1]}")
     heads, kv_heads = q.shape[-2], k.shape[-2]
@@ -213,31 +278,31 @@ def _check_qkv(q, k, v, packed: bool) -> None:
         raise ValueError(f"k batch {k.shape[0]} must equal q batch {q.shape[0]}")
 
 
-def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, device) -> None:
-    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+# (cu_seqlens' name, cu_seqlens, packed length, max_seqlen's name, max_seqlen) of one set of packed sequences
+_Offsets = tuple[str, torch.Tensor, int, str, int]
+
+
+def _check_offset_tensors(named: tuple[_Offsets, ...], device, device_of: str) -> None:
+    for name, cu, _, _, _ in named:
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype != torch.int32:
             raise ValueError(f"{name} must be a 1-D int32 tensor")
         if cu.device != device:
-            raise ValueError(f"{name} must be on q's device {device}, got {cu.device}")
+            raise ValueError(f"{name} must be on {device_of}'s device {device}, got {cu.device}")
         if cu.shape[0] < 2:
             raise ValueError(f"{name} must hold batch + 1 >= 2 offsets, got {cu.shape[0]}")
-    if cu_q.shape != cu_k.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cu_q.shape[0]} and {cu_k.shape[0]}")
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+
+
+def _check_offset_values(named: tuple[_Offsets, ...]) -> None:
+    for _, _, _, max_name, value in named:
         if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+            raise ValueError(f"{max_name} must be a non-negative int, got {value!r}")
     if torch.compiler.is_compiling():
         return
     # one host sync for all data-dependent checks
-    lens_q, lens_k = cu_q.diff(), cu_k.diff()
     facts = torch.stack([
-        cu_q[0], cu_k[0], (lens_q < 0).any().int(), (lens_k < 0).any().int(),
-        cu_q[-1], cu_k[-1], lens_q.max(), lens_k.max(),
+        torch.stack([cu[0], (cu.diff() < 0).any().int(), cu[-1], cu.diff().max()]) for _, cu, _, _, _ in named
     ]).tolist()
-    for name, first, bad, last, total, longest, bound in (
-        ("cu_seqlens_q", facts[0], facts[2], facts[4], total_q, facts[6], max_seqlen_q),
-        ("cu_seqlens_k", facts[1], facts[3], facts[5], total_k, facts[7], max_seqlen_k),
-    ):
+    for (name, _, total, _, bound), (first, bad, last, longest) in zip(named, facts):
         if first != 0 or bad:
             raise ValueError(f"{name} must start at 0 and be non-decreasing")
         if last != total:
@@ -246,13 +311,27 @@ def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, 
             raise ValueError(f"max_seqlen for {name} is {bound}, but a sequence has {longest} tokens")
 
 
+def _check_offsets(offsets: _Offsets, device, device_of: str) -> None:
+    """One set of packed sequences on `device` (`device_of`'s)."""
+    _check_offset_tensors((offsets,), device, device_of)
+    _check_offset_values((offsets,))
+
+
+def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, device) -> None:
+    named = (("cu_seqlens_q", cu_q, total_q, "max_seqlen_q", max_seqlen_q),
+             ("cu_seqlens_k", cu_k, total_k, "max_seqlen_k", max_seqlen_k))
+    _check_offset_tensors(named, device, "q")
+    if cu_q.shape != cu_k.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cu_q.shape[0]} and {cu_k.shape[0]}")
+    _check_offset_values(named)
+
+
 def _check_decode(q, k_cache, v_cache, cache_seqlens) -> None:
     cache_layout = "(batch, max_seqlen, kv_heads, d)"
-    _check_tensors(q, (("q", q, "(batch, heads, d)"), ("k_cache", k_cache, cache_layout),
-                       ("v_cache", v_cache, cache_layout)))
+    _check_tensors((("q", q, "(batch, heads, d)"), ("k_cache", k_cache, cache_layout),
+                    ("v_cache", v_cache, cache_layout)))
     batch, heads, d = q.shape
-    if d not in HEAD_DIMS:
-        raise ValueError(f"head dim q.shape[-1] must be one of {HEAD_DIMS}, got {d}")
+    _check_head_dim("q", d)
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     if k_cache.shape[0] != batch:
@@ -282,6 +361,12 @@ def _softmax_scale(softmax_scale, d: int) -> float:
 
 def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
     return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)[: batch + 1]
+
+
+def _as_packed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Dense (batch, seqlen, heads, d) as packed (batch * seqlen, heads, d), with its cu_seqlens and max_seqlen."""
+    batch, seqlen = x.shape[:2]
+    return x.reshape(batch * seqlen, *x.shape[2:]), _dense_cu_seqlens(batch, seqlen, x.device), seqlen
 
 
 def _hadamard_flag(fp8: bool, hadamard) -> bool:
@@ -373,15 +458,10 @@ def quantize_qkv(
             _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k, q.device)
     batch_shape = None
     if not packed:
-        batch, seqlen_q, heads, d = q.shape
-        seqlen_k, kv_heads = k.shape[1], k.shape[2]
-        batch_shape = (batch, seqlen_q)
-        cu_seqlens_q = _dense_cu_seqlens(batch, seqlen_q, q.device)
-        cu_seqlens_k = _dense_cu_seqlens(batch, seqlen_k, q.device)
-        max_seqlen_q, max_seqlen_k = seqlen_q, seqlen_k
-        q = q.reshape(batch * seqlen_q, heads, d)
-        k = k.reshape(batch * seqlen_k, kv_heads, d)
-        v = v.reshape(batch * seqlen_k, kv_heads, d)
+        batch_shape = tuple(q.shape[:2])
+        q, cu_seqlens_q, max_seqlen_q = _as_packed(q)
+        k, cu_seqlens_k, max_seqlen_k = _as_packed(k)
+        v = v.reshape(k.shape)
     block_m, block_n = fp8_blocks(q.shape[-1])
     hadamard = bool(hadamard)
     permute_v = _cuda_serves_fp8(q, block_m, block_n)
@@ -395,15 +475,101 @@ def quantize_qkv(
     )
 
 
+def quantize_q(q, hadamard=True, cu_seqlens_q=None, max_seqlen_q=None) -> QuantizedQ:
+    """Quantize Q alone, as `quantize_qkv` does, for `assemble_qkv` with K and V quantized apart (`quantize_kv`).
+
+    Dense `(batch, seqlen_q, heads, d)` input, or packed `(total_q, heads, d)` with cu_seqlens_q and max_seqlen_q
+    as in `flash_attn_varlen_func`. `hadamard` must be K's.
+    """
+    packed = cu_seqlens_q is not None
+    _check_tensors((("q", q, _layout(packed)),))
+    _check_head_dim("q", q.shape[-1])
+    batch_shape = None
+    if packed:
+        _check_offsets(("cu_seqlens_q", cu_seqlens_q, q.shape[0], "max_seqlen_q", max_seqlen_q), q.device, "q")
+    else:
+        batch_shape = tuple(q.shape[:2])
+        q, cu_seqlens_q, max_seqlen_q = _as_packed(q)
+    block_m = fp8_blocks(q.shape[-1])[0]
+    hadamard = bool(hadamard)
+    q8, q_scale, cu_blocks_q = _op_or_impl(_quantize_q_op, _quantize_q_impl)(
+        q, cu_seqlens_q, max_seqlen_q, block_m, hadamard
+    )
+    return QuantizedQ(q8, q_scale, cu_seqlens_q, cu_blocks_q, max_seqlen_q, block_m, hadamard, q.dtype, batch_shape)
+
+
+def quantize_kv(k, v, hadamard=True, cu_seqlens_k=None, max_seqlen_k=None, *, permute_v=None) -> QuantizedKV:
+    """Quantize K and V alone, as `quantize_qkv` does, for `assemble_qkv`.
+
+    Dense `(batch, seqlen_k, kv_heads, d)` input, or packed `(total_k, kv_heads, d)` with cu_seqlens_k and
+    max_seqlen_k as in `flash_attn_varlen_func`. Each (kv head, block of block_n keys of a sequence) is quantized on
+    its own, so keys [start, end) of a sequence, start a multiple of block_n, give exactly the whole sequence's
+    blocks from start / block_n on: a KV cache can keep its complete blocks and quantize only the keys after them.
+    `permute_v`: None picks V's key order as quantize_qkv does (for the kernel that will read it); a bool imposes
+    it, so that parts added to earlier ones keep their layout.
+    """
+    packed = cu_seqlens_k is not None
+    _check_kv(k, v, packed)
+    if permute_v is not None and not isinstance(permute_v, bool):
+        raise ValueError(f"permute_v must be None or a bool, got {permute_v!r}")
+    if packed:
+        _check_offsets(("cu_seqlens_k", cu_seqlens_k, k.shape[0], "max_seqlen_k", max_seqlen_k), k.device, "k")
+    else:
+        k, cu_seqlens_k, max_seqlen_k = _as_packed(k)
+        v = v.reshape(k.shape)
+    block_m, block_n = fp8_blocks(k.shape[-1])
+    hadamard = bool(hadamard)
+    if permute_v is None:
+        permute_v = _cuda_serves_fp8(k, block_m, block_n)
+    k8, v8t, k_scale, v_scale, cu_blocks_k = _op_or_impl(_quantize_kv_op, _quantize_kv_impl)(
+        k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v
+    )
+    return QuantizedKV(
+        k8, v8t, k_scale, v_scale, cu_seqlens_k, cu_blocks_k, max_seqlen_k, block_n, hadamard, permute_v
+    )
+
+
+def assemble_qkv(q: QuantizedQ, kv: QuantizedKV) -> QuantizedQKV:
+    """The bundle for `flash_attn_fp8_func` of Q from `quantize_q` and K/V from `quantize_kv` (or a cache that keeps
+    them quantized): the same as quantize_qkv's of the same inputs."""
+    if not isinstance(q, QuantizedQ):
+        raise ValueError(f"q must be a QuantizedQ from quantize_q, got {type(q).__name__}")
+    if not isinstance(kv, QuantizedKV):
+        raise ValueError(f"kv must be a QuantizedKV from quantize_kv, got {type(kv).__name__}")
+    heads, d = q.q8.shape[-2:]
+    kv_heads = kv.k8.shape[-2]
+    if kv.k8.device != q.q8.device:
+        raise ValueError(f"kv must be on q's device {q.q8.device}, got {kv.k8.device}")
+    if kv.k8.shape[-1] != d:
+        raise ValueError(f"kv head dim must equal q's ({d}), got {kv.k8.shape[-1]}")
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads (kv.k8.shape[-2] = {kv_heads}) must divide heads (q.q8.shape[-2] = {heads})")
+    if kv.cu_seqlens_k.shape != q.cu_seqlens_q.shape:
+        raise ValueError(
+            f"kv must hold q's {q.cu_seqlens_q.shape[0] - 1} sequences, got {kv.cu_seqlens_k.shape[0] - 1}"
+        )
+    if kv.hadamard != q.hadamard:
+        raise ValueError(f"kv.hadamard must equal q.hadamard ({q.hadamard}): Q and K are rotated alike")
+    if (q.block_m, kv.block_n) != fp8_blocks(d):
+        raise ValueError(
+            f"q.block_m and kv.block_n must be head dim {d}'s FP8 tiles {fp8_blocks(d)}, got {(q.block_m, kv.block_n)}"
+        )
+    return QuantizedQKV(
+        q.q8, kv.k8, kv.v8t, q.q_scale, kv.k_scale, kv.v_scale, q.cu_seqlens_q, kv.cu_seqlens_k, q.cu_blocks_q,
+        kv.cu_blocks_k, q.max_seqlen_q, kv.max_seqlen_k, q.block_m, kv.block_n, q.hadamard, q.out_dtype,
+        q.batch_shape, kv.v_permuted,
+    )
+
+
 def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, return_lse=False):
-    """FP8 attention on a `quantize_qkv` bundle (the kernel alone, without the quantization pass).
+    """FP8 attention on a `quantize_qkv` or `assemble_qkv` bundle (the kernel alone, without the quantization pass).
 
     Returns the output in the inputs' dtype, `(batch, seqlen_q, heads, d)` for dense bundles or
     `(total_q, heads, d)` for packed ones, and with `return_lse` the LSE `(batch, heads, seqlen_q)` /
     `(heads, total_q)` fp32.
     """
     if not isinstance(qkv, QuantizedQKV):
-        raise ValueError(f"qkv must be a QuantizedQKV from quantize_qkv, got {type(qkv).__name__}")
+        raise ValueError(f"qkv must be a QuantizedQKV from quantize_qkv or assemble_qkv, got {type(qkv).__name__}")
     scale = _softmax_scale(softmax_scale, qkv.q8.shape[-1])
     out, lse = _op_or_impl(_attn_fp8_op, _attn_fp8_impl)(
         qkv.q8, qkv.k8, qkv.v8t, qkv.q_scale, qkv.k_scale, qkv.v_scale, qkv.cu_seqlens_q, qkv.cu_seqlens_k,

@@ -178,13 +178,20 @@ def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False,
     return out, lse
 
 
+def quantize_kv_reference(k, v, cu_seqlens_k, block_n, hadamard=True, per_tensor=False):
+    """K and V of a QuantizedQKV from packed k, v (Tk, Hkv, D), by `quantize_reference`: k8, v8t (transposed tile by
+    tile, keys in order), k_scale, v_scale."""
+    k8, k_scale = quantize_reference(k, cu_seqlens_k, block_n, hadamard, per_tensor=per_tensor)
+    v8t, v_scale = quantize_reference(v, cu_seqlens_k, block_n, False, transpose=True, per_tensor=per_tensor, pow2=True)
+    return k8, v8t, k_scale, v_scale
+
+
 def quantize_qkv_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, hadamard=True, per_tensor=False):
     """The QuantizedQKV bundle of packed q (Tq, H, D), k, v (Tk, Hkv, D), built by `quantize_reference`."""
     cu_q = torch.as_tensor(cu_seqlens_q, dtype=torch.int32, device=q.device)
     cu_k = torch.as_tensor(cu_seqlens_k, dtype=torch.int32, device=q.device)
     q8, q_scale = quantize_reference(q, cu_q, block_m, hadamard, per_tensor=per_tensor)
-    k8, k_scale = quantize_reference(k, cu_k, block_n, hadamard, per_tensor=per_tensor)
-    v8t, v_scale = quantize_reference(v, cu_k, block_n, False, transpose=True, per_tensor=per_tensor, pow2=True)
+    k8, v8t, k_scale, v_scale = quantize_kv_reference(k, v, cu_k, block_n, hadamard, per_tensor)
     lens_q, lens_k = cu_q.diff(), cu_k.diff()
     return QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_q, cu_k, block_offsets(cu_q, q.shape[0], block_m)[0],

@@ -1,10 +1,14 @@
 """Helpers shared by fa3fp8's tests and benchmarks: readable case ids, fresh random inputs (FlashAttention-3's
-FP8 test distribution too), poisoned CUDA memory, error metrics, host enqueue time."""
+FP8 test distribution too), bit-for-bit comparison of FP8 bundles and their V key order, poisoned CUDA memory,
+error metrics, host enqueue time."""
 
+import dataclasses
 import math
 import time
 
 import torch
+
+from .fp8_layout import permute_v_keys
 
 
 def case_id(batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal, dtype=None) -> str:
@@ -27,6 +31,36 @@ def random_qkv(batch, seqlen_q, seqlen_k, heads, kv_heads, d, dtype, device, see
         return x.to(dtype)
 
     return draw(batch, seqlen_q, heads, d), draw(batch, seqlen_k, kv_heads, d), draw(batch, seqlen_k, kv_heads, d)
+
+
+def _in_use(bundle, name: str):
+    """A bundle's field, cut to the tiles in use for V and the scales (the entries past cu_blocks[-1] are unset)."""
+    value = getattr(bundle, name)
+    if name == "q_scale":
+        return value[:, : int(bundle.cu_blocks_q[-1])]
+    if name in ("k_scale", "v_scale"):
+        return value[:, : int(bundle.cu_blocks_k[-1])]
+    if name == "v8t":
+        return value[..., : int(bundle.cu_blocks_k[-1]) * bundle.block_n]
+    return value
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return (a.shape == b.shape and a.dtype == b.dtype
+                and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    return a == b
+
+
+def differing_fields(a, b) -> list[str]:
+    """The fields in which two FP8 bundles of one kind (QuantizedQKV, QuantizedQ or QuantizedKV) differ: tensors bit
+    for bit over the tiles in use, the rest by value. Empty when they are the same bundle."""
+    return [f.name for f in dataclasses.fields(a) if not _same(_in_use(a, f.name), _in_use(b, f.name))]
+
+
+def key_permuted(bundle):
+    """A QuantizedQKV or QuantizedKV with V's keys in order, moved to the CUDA kernel's order (`v_permuted`)."""
+    return dataclasses.replace(bundle, v8t=permute_v_keys(bundle.v8t), v_permuted=True)
 
 
 def poison_cuda_cache(n_bytes: int = 1 << 28) -> None:

@@ -5,6 +5,7 @@ are defined and must not leak into other tests. fp16 for the dtype-generic path 
 interpreter).
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from fa3fp8.reference import (  # noqa: E402
     attention_varlen_reference,
     quantize_reference,
 )
-from fa3fp8.testing import case_id, random_qkv, rmse  # noqa: E402
+from fa3fp8.testing import case_id, differing_fields, key_permuted, random_qkv, rmse  # noqa: E402
 
 DENSE = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
     (2, 37, 70, 4, 2, 64, False),
@@ -124,6 +125,35 @@ def quantize_case(d, hadamard, transpose, permute=False):
     }
 
 
+def split_quantize_case(d, permute_v):
+    """quantize_q, quantize_kv and assemble_qkv against quantize_qkv (dense and packed), and K/V quantized from a
+    block boundary on against those blocks of the whole sequence: the fields that differ in each."""
+    q, k, v = random_qkv(2, 37, 70, 4, 2, d, torch.float16, "cpu", seed=d)
+    dense = fa3fp8.assemble_qkv(fa3fp8.quantize_q(q), fa3fp8.quantize_kv(k, v, permute_v=permute_v))
+    pq, pk, pv, cu_q, cu_k = packed_qkv([5, 40, 33], [7, 40, 50], 4, 2, d, seed=d)
+    packed = fa3fp8.assemble_qkv(
+        fa3fp8.quantize_q(pq, True, cu_q, 40), fa3fp8.quantize_kv(pk, pv, True, cu_k, 50, permute_v=permute_v)
+    )
+    block_n = fp8_blocks(d)[1]
+    whole = fa3fp8.quantize_kv(k[:1], v[:1], permute_v=permute_v)
+    tail = fa3fp8.quantize_kv(k[:1, block_n:], v[:1, block_n:], permute_v=permute_v)  # a full block, a partial one
+    whole_tail = dataclasses.replace(
+        whole, k8=whole.k8[block_n:], v8t=whole.v8t[..., block_n:], k_scale=whole.k_scale[:, 1:],
+        v_scale=whole.v_scale[:, 1:], cu_seqlens_k=tail.cu_seqlens_k, cu_blocks_k=tail.cu_blocks_k,
+        max_seqlen_k=tail.max_seqlen_k,
+    )
+    expected_dense = fa3fp8.quantize_qkv(q, k, v)
+    expected_packed = fa3fp8.quantize_qkv(pq, pk, pv, True, cu_q, cu_k, 40, 50)
+    if permute_v:
+        expected_dense, expected_packed = key_permuted(expected_dense), key_permuted(expected_packed)
+    return {
+        "dense": differing_fields(dense, expected_dense),
+        "packed": differing_fields(packed, expected_packed),
+        "suffix": differing_fields(tail, whole_tail),
+        "blocks": [int(tail.cu_blocks_k[-1]), int(whole.cu_blocks_k[-1])],
+    }
+
+
 def main():
     results = {}
     for shape in DENSE:
@@ -139,6 +169,10 @@ def main():
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)
         results[f"quantize-D{d}-v-key-permuted"] = quantize_case(d, False, True, permute=True)
+        for permute_v in (False, True):
+            results[f"split-quantize-D{d}-{'v-key-permuted' if permute_v else 'v-in-order'}"] = split_quantize_case(
+                d, permute_v
+            )
     json.dump(results, sys.stdout)
 
 

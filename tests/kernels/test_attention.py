@@ -1,4 +1,5 @@
-"""The Triton kernels (attention.py, quantize.py) on the CPU under TRITON_INTERPRET=1, against the reference.
+"""The Triton kernels (attention.py, quantize.py) on the CPU under TRITON_INTERPRET=1, against the reference, and
+the split quantization API (quantize_q, quantize_kv, assemble_qkv) on them against quantize_qkv.
 
 The interpreter runs in a subprocess (interpret_cases.py) so that it never leaks into other tests; each case
 it reports becomes one test here.
@@ -25,6 +26,7 @@ DENSE_IDS = [
 FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal", "fp8-B1-Sq50-Sk20-H2-KV2-D64-causal",
            "fp8-varlen-lens5_40_33-H4-KV2-D64-causal"]
 QUANT_IDS = [f"quantize-D{d}-{kind}" for d in (64, 128) for kind in ("hadamard", "v-transposed", "v-key-permuted")]
+SPLIT_QUANT_IDS = [f"split-quantize-D{d}-{order}" for d in (64, 128) for order in ("v-in-order", "v-key-permuted")]
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,13 @@ def test_quantize_kernel_matches_reference(interpreted, case):
     assert r["scale_rel_err"] <= 1e-5
     assert r["max_ulps"] <= 1.0
     assert r["mismatch_fraction"] <= 0.01
+
+
+@pytest.mark.parametrize("case", SPLIT_QUANT_IDS)
+def test_split_quantization_equals_quantize_qkv_bit_for_bit(interpreted, case):
+    """Q and K/V quantized apart and assembled give quantize_qkv's bundle (dense and packed, V's keys in either
+    order), and K/V quantized from a block boundary give the whole sequence's blocks from there: what a KV cache
+    that quantizes only its new blocks relies on."""
+    r = interpreted[case]
+    assert r["dense"] == [] and r["packed"] == [] and r["suffix"] == []
+    assert r["blocks"] == [2, 3]  # the suffix held a full and a partial block of the whole's three

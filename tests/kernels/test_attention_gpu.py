@@ -143,6 +143,35 @@ def test_fp8_varlen_and_default_flag(kernel):
     assert rmse(out, ref) <= 1e-2
 
 
+@pytest.mark.parametrize("d", [128, 256])
+def test_fp8_on_a_kv_cache_quantized_in_parts_equals_quantize_qkv(d, kernel):
+    # what a KV cache's FP8 mirror hands attention (worker.llm.quantized_kv): K/V quantized in two parts, the second
+    # from a block boundary, copied into buffers with room for more blocks; the output must be the whole bundle's
+    from fa3fp8.testing import differing_fields
+
+    q, k, v = random_qkv(1, 300, 1000, 8, 2, d, torch.bfloat16, "cuda", seed=d)
+    whole = fa3fp8.quantize_qkv(q, k, v)
+    start = 3 * whole.block_n
+    first, rest = fa3fp8.quantize_kv(k[:, :start], v[:, :start]), fa3fp8.quantize_kv(k[:, start:], v[:, start:])
+    blocks, room = -(-1000 // whole.block_n), 12
+    v8t = torch.zeros(*first.v8t.shape[:2], room * whole.block_n, dtype=first.v8t.dtype, device="cuda")
+    k_scale, v_scale = (torch.zeros(2, room, device="cuda") for _ in range(2))
+    v8t[..., :start] = first.v8t[..., :start]
+    v8t[..., start : blocks * whole.block_n] = rest.v8t[..., : (blocks - 3) * whole.block_n]
+    for buffer, a, b in ((k_scale, first.k_scale, rest.k_scale), (v_scale, first.v_scale, rest.v_scale)):
+        buffer[:, :3], buffer[:, 3:blocks] = a[:, :3], b[:, : blocks - 3]
+    offsets = torch.tensor([0, 1000], dtype=torch.int32, device="cuda")
+    kv = fa3fp8.QuantizedKV(torch.cat([first.k8, rest.k8]), v8t, k_scale, v_scale, offsets,
+                            torch.tensor([0, blocks], dtype=torch.int32, device="cuda"), 1000, whole.block_n, True,
+                            whole.v_permuted)
+    parts = fa3fp8.assemble_qkv(fa3fp8.quantize_q(q), kv)
+    assert differing_fields(parts, whole) == []
+    poison_cuda_cache()
+    for causal in (False, True):
+        torch.testing.assert_close(fa3fp8.flash_attn_fp8_func(parts, causal=causal),
+                                   fa3fp8.flash_attn_fp8_func(whole, causal=causal), atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("which", ["q", "v"])
 def test_quantize_kernel_matches_reference(d, which):

@@ -1,4 +1,5 @@
-"""ops.py: input validation, the custom ops (fake kernels, torch.compile) and the reference fallback on CPU."""
+"""ops.py: input validation, the custom ops (fake kernels, torch.compile), the reference fallback on CPU and the
+split quantization (quantize_q, quantize_kv, assemble_qkv) on it."""
 
 import dataclasses
 
@@ -6,9 +7,8 @@ import pytest
 import torch
 
 import fa3fp8
-from fa3fp8.fp8_layout import permute_v_keys
 from fa3fp8.reference import attention_reference, attention_varlen_reference
-from fa3fp8.testing import random_qkv
+from fa3fp8.testing import differing_fields, key_permuted, random_qkv
 
 
 def _qkv(**over):
@@ -60,6 +60,58 @@ def test_bad_varlen_input_names_the_argument(name):
         fa3fp8.flash_attn_varlen_func(**args)
 
 
+def _bf16(*shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+def _parts(q_shape=(1, 16, 4, 64), k_shape=(1, 40, 2, 64), q_hadamard=True):
+    return fa3fp8.quantize_q(_bf16(*q_shape), q_hadamard), fa3fp8.quantize_kv(_bf16(*k_shape), _bf16(*k_shape))
+
+
+_CU = torch.tensor([0, 4, 12], dtype=torch.int32)
+BAD_SPLIT = {
+    "q-3d": (lambda: fa3fp8.quantize_q(_bf16(16, 4, 64)), "q must have shape"),
+    "q-head-dim-96": (lambda: fa3fp8.quantize_q(_bf16(1, 16, 4, 96)), "head dim q.shape\\[-1\\] must be one of"),
+    "q-cu-int64": (lambda: fa3fp8.quantize_q(_bf16(12, 4, 64), True, _CU.long(), 8), "cu_seqlens_q must be a 1-D"),
+    "q-max-seqlen": (lambda: fa3fp8.quantize_q(_bf16(12, 4, 64), True, _CU, 5), "max_seqlen for cu_seqlens_q is 5"),
+    "k-fp32": (lambda: fa3fp8.quantize_kv(torch.randn(1, 8, 2, 64), torch.randn(1, 8, 2, 64)), "k must be bfloat16"),
+    "v-dtype": (lambda: fa3fp8.quantize_kv(_bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64).half()), "v must have k's dtype"),
+    "v-shape": (lambda: fa3fp8.quantize_kv(_bf16(1, 8, 2, 64), _bf16(1, 9, 2, 64)), "v must have k's shape"),
+    "k-cu-total": (lambda: fa3fp8.quantize_kv(_bf16(10, 2, 64), _bf16(10, 2, 64), True, _CU, 8),
+                   "cu_seqlens_k\\[-1\\] = 12 must equal the packed length 10"),
+    "permute-v": (lambda: fa3fp8.quantize_kv(_bf16(1, 8, 2, 64), _bf16(1, 8, 2, 64), permute_v="yes"), "permute_v"),
+    "q-not-quantized": (lambda: fa3fp8.assemble_qkv(_bf16(1, 8, 4, 64), _parts()[1]), "q must be a QuantizedQ"),
+    "kv-from-quantize-qkv": (
+        lambda: fa3fp8.assemble_qkv(_parts()[0], fa3fp8.quantize_qkv(_bf16(1, 8, 4, 64), *[_bf16(1, 8, 2, 64)] * 2)),
+        "kv must be a QuantizedKV",
+    ),
+    "hadamard-mismatch": (lambda: fa3fp8.assemble_qkv(*_parts(q_hadamard=False)), "kv.hadamard must equal q.hadamard"),
+    "batch-mismatch": (lambda: fa3fp8.assemble_qkv(*_parts(q_shape=(2, 16, 4, 64))), "kv must hold q's 2 sequences"),
+    "head-dim-mismatch": (lambda: fa3fp8.assemble_qkv(*_parts(q_shape=(1, 16, 4, 128))), "kv head dim must equal q's"),
+    "kv-heads-3": (lambda: fa3fp8.assemble_qkv(*_parts(k_shape=(1, 40, 3, 64))), "kv_heads"),
+    "block-n": (lambda: fa3fp8.assemble_qkv(_parts()[0], dataclasses.replace(_parts()[1], block_n=64)), "kv.block_n"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_SPLIT)
+def test_bad_split_quantization_input_names_the_argument(name):
+    call, message = BAD_SPLIT[name]
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("hadamard, permute_v", [(True, False), (True, True), (False, False)],
+                         ids=["v-in-order", "v-key-permuted", "no-hadamard"])
+def test_split_quantization_equals_quantize_qkv_on_the_reference(hadamard, permute_v):
+    q, k, v = random_qkv(2, 37, 300, 4, 2, 64, torch.bfloat16, "cpu", seed=4)
+    expected = fa3fp8.quantize_qkv(q, k, v, hadamard=hadamard)
+    got = fa3fp8.assemble_qkv(fa3fp8.quantize_q(q, hadamard), fa3fp8.quantize_kv(k, v, hadamard, permute_v=permute_v))
+    assert differing_fields(got, key_permuted(expected) if permute_v else expected) == []
+    if permute_v:  # the comparison sees V's key order
+        assert differing_fields(got, expected) == ["v8t", "v_permuted"]
+    assert fa3fp8.quantize_kv(k, v).v_permuted == expected.v_permuted  # by default, quantize_qkv's choice
+
+
 def test_fp8_func_rejects_other_bundles():
     with pytest.raises(ValueError, match="qkv must be a QuantizedQKV"):
         fa3fp8.flash_attn_fp8_func(torch.zeros(1))
@@ -90,7 +142,7 @@ def test_key_permuted_bundle_gives_the_same_attention_on_the_reference():
     # the CUDA kernel's V layout (v_permuted) through the public FP8 function: the reference reads it back in order
     q, k, v = random_qkv(1, 40, 70, 4, 2, 128, torch.bfloat16, "cpu", seed=5)
     qkv = fa3fp8.quantize_qkv(q, k, v)
-    permuted = dataclasses.replace(qkv, v8t=permute_v_keys(qkv.v8t), v_permuted=True)
+    permuted = key_permuted(qkv)
     assert not torch.equal(permuted.v8t.float(), qkv.v8t.float())
     for causal in (False, True):
         torch.testing.assert_close(fa3fp8.flash_attn_fp8_func(permuted, causal=causal),
@@ -103,6 +155,9 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, False))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, True))
+    torch.library.opcheck(torch.ops.fa3fp8.quantize_q.default, (q, cu, 8, 32, True))
+    for permute_v in (False, True):
+        torch.library.opcheck(torch.ops.fa3fp8.quantize_kv.default, (k, v, cu, 8, 32, True, permute_v))
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
@@ -111,3 +166,14 @@ def test_torch_compile_traces_through_the_ops(fp8):
     q, k, v = random_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16, "cpu")
     compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True, fp8=fp8) * 2, fullgraph=True)
     torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True, fp8=fp8) * 2)
+
+
+def test_torch_compile_traces_through_the_split_quantization():
+    q, k, v = random_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16, "cpu")
+
+    def attend(a, b, c):
+        qkv = fa3fp8.assemble_qkv(fa3fp8.quantize_q(a), fa3fp8.quantize_kv(b, c))
+        return fa3fp8.flash_attn_fp8_func(qkv, causal=True)
+
+    compiled = torch.compile(attend, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True, fp8=True))
