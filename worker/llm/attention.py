@@ -6,6 +6,12 @@ as one row with `cu_seq_lens_q/k` and `max_length_q/k` kwargs and go to the varl
 used (short documents are packed instead): the mask hook is transformers' flash-attention one, which passes
 no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
 attended.
+
+FP8 prefill chunks over the session's cache (`quantized_prefill`) that follow cached keys quantize only their
+queries and the keys new since the last chunk: the cached K/V come quantized from the cache layer's FP8 mirror
+(`kv_cache`, `quantized_kv`), found through `module.layer_idx`. A chunk with nothing cached before it (a one-pass
+prefill, a document's first chunk) has nothing to reuse and builds no mirror (8.6 GB at 128K tokens of an 8B
+model); it and forwards without that context (packed rows, decode steps) quantize the Q, K and V they are handed.
 """
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +20,10 @@ from typing import Literal, get_args
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+from worker.llm.kv_cache import PreallocatedCache
 
 FA3_IMPLEMENTATIONS = ("fa3_bf16", "fa3_fp8")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", *FA3_IMPLEMENTATIONS)
@@ -83,6 +92,38 @@ def _decode_split(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, s
 
 _DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul, "split": _decode_split}
 
+_quantized_cache: PreallocatedCache | None = None
+
+
+@contextmanager
+def quantized_prefill(cache: Cache) -> Iterator[None]:
+    """While active, `fa3_fp8` prefill chunks (several queries of one sequence, not packed, after cached keys) of
+    layer i take the cached K/V in FP8 from `cache.layers[i].quantized_kv()`, so that each chunk quantizes its
+    queries and only the keys new since the last chunk instead of the whole cache. `cache` must be the cache the forward updates; a
+    cache other than a PreallocatedCache (a DynamicCache) keeps no FP8 mirror, and attention then quantizes the
+    K/V it is handed, as without this context. Like `static_decode`, it holds one cache for the process."""
+    global _quantized_cache
+    _quantized_cache = cache if isinstance(cache, PreallocatedCache) else None
+    try:
+        yield
+    finally:
+        _quantized_cache = None
+
+
+def _fp8_cached_prefill(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, scaling: float | None,
+                        causal: bool) -> torch.Tensor:
+    import fa3fp8
+
+    layer = _quantized_cache.layers[module.layer_idx]
+    # the mirror quantizes the layer's own buffers: they must be the keys attention was handed
+    if key.shape[2] != layer.get_seq_length() or key.data_ptr() != layer.key_buffer.data_ptr():
+        raise ValueError(
+            f"key is not the cached keys of layer {module.layer_idx} of the quantized_prefill cache: that cache must "
+            "be the one the forward updates"
+        )
+    qkv = fa3fp8.assemble_qkv(fa3fp8.quantize_q(query.transpose(1, 2)), layer.quantized_kv())
+    return fa3fp8.flash_attn_fp8_func(qkv, causal=causal, softmax_scale=scaling)
+
 
 def _fa3_forward(
     module: torch.nn.Module,
@@ -123,6 +164,8 @@ def _fa3_forward(
         return out.unsqueeze(0), None
     if query.shape[2] == 1 and _decode_attention in _DECODE_FUNCTIONS:
         return _DECODE_FUNCTIONS[_decode_attention](query, key, value, scaling), None
+    if fp8 and _quantized_cache is not None and query.shape[0] == 1 and 1 < query.shape[2] < key.shape[2]:
+        return _fp8_cached_prefill(module, query, key, scaling, causal), None
     out = fa3fp8.flash_attn_func(
         query.transpose(1, 2),
         key.transpose(1, 2),

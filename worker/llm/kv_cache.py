@@ -14,6 +14,10 @@ Static mode (`PreallocatedCache.static`) serves decode steps captured as a CUDA 
 up front, a new token's K/V go to the position held in a device tensor, and attention gets the whole reserved
 buffer (the valid length comes from a device tensor too, `worker.llm.attention.static_decode`), so every step
 runs the same kernels on the same memory.
+
+Under `fa3_fp8`, each layer also owns an FP8 mirror of its K/V (`quantized_kv.QuantizedKVMirror`, made on the first
+`quantized_kv` call), which prefill attention reads through `worker.llm.attention.quantized_prefill` so that a
+chunk quantizes only the keys new since the last one. `crop` and `reset` truncate the mirror with the layer.
 """
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +25,8 @@ from contextlib import contextmanager
 import torch
 from transformers import DynamicCache, PreTrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+from worker.llm.quantized_kv import QuantizedKVMirror
 
 
 def _buffer_for(states: torch.Tensor) -> torch.Tensor:
@@ -33,7 +39,7 @@ class PreallocatedLayer(CacheLayerMixin):
     """One attention layer's K/V in buffers (batch, allocated, kv_heads, d), `allocated` <= `capacity`.
 
     `keys` and `values` are the valid part as transformers shapes it, (batch, kv_heads, length, d): views of the
-    buffers, refreshed on every `update` and `crop`.
+    buffers, refreshed on every `update` and `crop`. `quantized` is the FP8 mirror, None until `quantized_kv`.
     """
 
     is_sliding = False
@@ -48,6 +54,7 @@ class PreallocatedLayer(CacheLayerMixin):
         self.key_buffer: torch.Tensor | None = None
         self.value_buffer: torch.Tensor | None = None
         self.static_position: torch.Tensor | None = None
+        self.quantized: QuantizedKVMirror | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Allocate buffers for the states' batch, heads, head dims, dtype and device, with room for them."""
@@ -114,6 +121,17 @@ class PreallocatedLayer(CacheLayerMixin):
         self._refresh_views()
         return self.keys, self.values
 
+    def quantized_kv(self):
+        """The cached K/V in FP8 (a `fa3fp8.QuantizedKV`), from the layer's mirror: only the keys cached since the
+        last call (from their block on) are quantized. One sequence (batch 1) with at least one token."""
+        if self.length == 0:
+            raise ValueError("quantized_kv needs cached tokens (prefill first)")
+        if self.key_buffer.shape[0] != 1:
+            raise ValueError(f"quantized_kv needs batch 1 (one sequence), got batch {self.key_buffer.shape[0]}")
+        if self.quantized is None:
+            self.quantized = QuantizedKVMirror(self.capacity)
+        return self.quantized.update(self.key_buffer[0, : self.length], self.value_buffer[0, : self.length])
+
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(kv_length, kv_offset) of the mask for `query_length` new queries: all cached keys plus theirs."""
         return self.length + query_length, 0
@@ -137,12 +155,18 @@ class PreallocatedLayer(CacheLayerMixin):
             return
         self.length += tokens_to_remove
         self._refresh_views()
+        self._truncate_mirror()
 
     def reset(self) -> None:
-        """Empty the layer, keeping its buffers."""
+        """Empty the layer, keeping its buffers (and its mirror's)."""
         if self.is_initialized:
             self.length = 0
             self._refresh_views()
+            self._truncate_mirror()
+
+    def _truncate_mirror(self) -> None:
+        if self.quantized is not None:
+            self.quantized.truncate(self.length)
 
 
 class PreallocatedCache(Cache):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from worker.llm.attention import quantized_prefill
 from worker.llm.decode_graph import MIN_GRAPH_TOKENS, StaticDecoder, supports_static_decode
 from worker.llm.kv_cache import new_cache
 from worker.llm.runtime import LLMRuntime
@@ -59,7 +60,8 @@ def synchronize(device: torch.device) -> None:
 class Session:
     """One sequence fed to the model piece by piece; the KV cache keeps peak memory bounded by the chunk size.
 
-    The cache holds up to the runtime's `max_context` tokens in the kernels' layout (see `kv_cache`).
+    The cache holds up to the runtime's `max_context` tokens in the kernels' layout (see `kv_cache`); forwards run
+    in `attention.quantized_prefill` over it, so that `fa3_fp8` prefill chunks reuse the cache's FP8 mirror.
     """
 
     def __init__(self, runtime: LLMRuntime, usage: Usage | None = None):
@@ -71,13 +73,14 @@ class Session:
 
     def _forward(self, ids: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
         positions = torch.arange(self.length, self.length + ids.numel(), device=ids.device).unsqueeze(0)
-        out = self.runtime.model(
-            input_ids=ids.unsqueeze(0),
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-            **{self.runtime.cache_kwarg: self.cache},
-        )
+        with quantized_prefill(self.cache):
+            out = self.runtime.model(
+                input_ids=ids.unsqueeze(0),
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+                **{self.runtime.cache_kwarg: self.cache},
+            )
         self.length += ids.numel()
         return out.logits[0]
 

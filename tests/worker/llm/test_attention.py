@@ -1,8 +1,9 @@
-"""fa3fp8 as transformers attention: logits agree with sdpa (one pass, chunked prefill, packed, decode)."""
+"""fa3fp8 as transformers attention: logits agree with sdpa (one pass, chunked prefill, packed, decode); FP8
+prefill reads only the cache it is given."""
 import pytest
 import torch
 
-from worker.llm.attention import set_decode_attention
+from worker.llm.attention import quantized_prefill, set_decode_attention
 from worker.llm.packing import packed_outputs
 from worker.llm.session import Session
 
@@ -66,3 +67,14 @@ def test_padding_masks_are_refused(load_tiny, text_ids):
     ids = torch.tensor([text_ids[:10]])
     with pytest.raises(ValueError, match="no attention_mask"):
         runtime.model(input_ids=ids, attention_mask=torch.ones(1, 10, dtype=torch.long).tril()[:1])
+
+
+def test_fp8_prefill_refuses_a_quantized_cache_the_forward_does_not_update(load_tiny, text_ids):
+    runtime = load_tiny("fa3_fp8")
+    other, session = Session(runtime), Session(runtime)
+    other.prefill(text_ids[:20])
+    session.prefill(text_ids[:20])
+    refused = pytest.raises(ValueError, match="key is not the cached keys of layer 0 of the quantized_prefill cache")
+    with quantized_prefill(other.cache), refused:
+        runtime.model(input_ids=torch.tensor([text_ids[20:30]]), position_ids=torch.arange(20, 30)[None],
+                      use_cache=True, **{runtime.cache_kwarg: session.cache})

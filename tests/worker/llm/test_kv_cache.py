@@ -1,4 +1,5 @@
-"""The preallocated KV cache: same logits as DynamicCache, states returned as views of its buffers, growth, crop."""
+"""The preallocated KV cache: same logits as DynamicCache (under fa3_fp8 through its FP8 mirror, as quantizing the
+whole cache for every chunk gave them), states returned as views of its buffers, growth, crop."""
 import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig
@@ -18,29 +19,33 @@ def shares_storage(view, buffer):
 
 
 def stream_outputs(session, ids):
-    """Chunked prefill with log-probs, greedy decoding, a rollback and the same continuation again."""
-    first = session.prefill(ids[:60], token_logprobs=True)
+    """Chunked prefill with log-probs, greedy decoding, a rollback, other tokens prefilled and rolled back, and the
+    continuation. Past 128 tokens: FP8 K/V blocks fill, and the rollbacks land inside them."""
+    first = session.prefill(ids[:150], token_logprobs=True)
     mark = session.checkpoint()
     generated = session.generate(5)
     decoded_logits = session.next_logits
     session.rollback(mark)
-    again = session.prefill(ids[60:90], token_logprobs=True)
+    session.prefill(ids[::-1][:130])
+    session.rollback(mark)
+    again = session.prefill(ids[150:300], token_logprobs=True)
     return first, generated, decoded_logits, again, session.next_logits
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "fa3_bf16"])
+@pytest.mark.parametrize("impl", ["sdpa", "fa3_bf16", "fa3_fp8"])
 def test_session_outputs_equal_dynamic_cache(load_tiny, text_ids, impl):
     runtime = load_tiny(impl, prefill_chunk_tokens=7)
     session = Session(runtime)
     assert isinstance(session.cache, PreallocatedCache)
     reference = Session(runtime)
     reference.cache = DynamicCache(config=runtime.model.config)
-    for got, want in zip(stream_outputs(session, text_ids), stream_outputs(reference, text_ids)):
+    ids = text_ids + text_ids
+    for got, want in zip(stream_outputs(session, ids), stream_outputs(reference, ids)):
         if isinstance(want, list):
             assert got == want
         else:
             torch.testing.assert_close(got, want, atol=0, rtol=0)
-    assert session.cache.get_seq_length() == reference.cache.get_seq_length() == 90
+    assert session.cache.get_seq_length() == reference.cache.get_seq_length() == 300
 
 
 def test_session_cache_layers_hold_views_of_their_buffers(load_tiny, text_ids):
