@@ -28,10 +28,13 @@ LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
 # against 903 / 889), FP8 d128 non-causal with three consumers in order +14% (838 against 734), causal overlapped
 # +4% (781 against 754; three consumers 772). Session 6 (S16K, three runs): FP8 d128 256-key tiles in order, two
 # consumers (block_n=256), 846-875 / 763-812 against three consumers' 841-882 / 806-840 and overlap's 828-835 /
-# 810-819: level with three consumers, so not a default.
+# 810-819: level with three consumers, so not a default. Causal FP8 d128 at the 128K prefill's shape (one sequence,
+# 32 / 8 heads): three consumers in order 955-970 against overlapped 859-879 (256-key tiles 854-855), so both FP8
+# d128 entries take three consumers.
 FASTER = {
     **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
     (128, True, False): {"loop": "serial", "consumers": 3},
+    (128, True, True): {"loop": "serial", "consumers": 3},
 }
 
 
