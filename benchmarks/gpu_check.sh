@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
-#   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode]
-# Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton.
+#   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode] [e2e]
+# Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
+# peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/kernels:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -36,6 +37,10 @@ fi
 if [[ "$steps" == *" bench "* ]]; then
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
     python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+fi
+if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows and the 128K summarize job
+    DOCFLASH_EMBED_MODEL_PATH="$PWD/.tools/minilm" timeout 560 python3 benchmarks/e2e.py --tokenizer .tools/minilm \
+        --out "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -30 || status=1
 fi
 if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1

