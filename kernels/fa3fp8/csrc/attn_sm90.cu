@@ -3,17 +3,17 @@
 // A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows
 // of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with
 // TMA (128-byte swizzle, mbarrier completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and
-// O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between. The loop (Loop below) runs each tile's steps
-// in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j) while that P·V runs
-// (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ, V after its P·V), so
-// the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q and first K/V tiles
-// while the consumers finish the current one.
+// O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between. The loop (Loop
+// below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j)
+// while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
+// V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
+// and first K/V tiles while the consumers finish the current one.
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
-// (head, tile), V's scales powers of two. 16-bit input is Q, K, V as they are, and wgmma reads the V tile (keys x
-// D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 5.
+// (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
+// are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
+// Engineering log: kernels/NOTES.md, sessions 3 to 6.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
