@@ -57,7 +57,7 @@ def _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard):
     if _use_triton(q):
         from .quantize import quantize_blocks
 
-        return quantize_blocks(q.contiguous(), cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+        return quantize_blocks(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
     q8, q_scale = quantize_reference(q, cu_seqlens_q, block_m, hadamard)
     return q8, q_scale, block_offsets(cu_seqlens_q, q.shape[0], block_m)[0]
 
@@ -66,9 +66,9 @@ def _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permu
     if _use_triton(k):
         from .quantize import quantize_blocks
 
-        k8, k_scale, cu_blocks_k = quantize_blocks(k.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, hadamard)
+        k8, k_scale, cu_blocks_k = quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard)
         v8t, v_scale, _ = quantize_blocks(
-            v.contiguous(), cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
+            v, cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
             pow2_scale=True,
         )
         return k8, v8t, k_scale, v_scale, cu_blocks_k

@@ -105,9 +105,13 @@ def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
     }
 
 
-def quantize_case(d, hadamard, transpose, permute=False):
+def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
+    """quantize_blocks against the reference; `heads_major`: x is a (heads, tokens, d) tensor seen as (tokens,
+    heads, d), read in place."""
     cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
+    if heads_major:
+        x = x.transpose(0, 1).contiguous().transpose(0, 1)
     block = fp8_blocks(d)[1]
     data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute, pow2_scale=transpose)
     ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose, pow2=transpose)
@@ -169,6 +173,8 @@ def main():
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)
         results[f"quantize-D{d}-v-key-permuted"] = quantize_case(d, False, True, permute=True)
+        results[f"quantize-D{d}-hadamard-heads-major"] = quantize_case(d, True, False, heads_major=True)
+        results[f"quantize-D{d}-v-heads-major"] = quantize_case(d, False, True, permute=True, heads_major=True)
         for permute_v in (False, True):
             results[f"split-quantize-D{d}-{'v-key-permuted' if permute_v else 'v-in-order'}"] = split_quantize_case(
                 d, permute_v
