@@ -2,7 +2,8 @@
 
 A Llama-3.1-8B-shaped model with random bf16 weights is built on the GPU; the worker's Session prefills
 8K, 32K and 128K random tokens with each attention implementation (chunked as the worker does, and in one
-pass), reporting tokens/s and peak GPU memory; single-token decode is timed at the longest context with
+pass; the runtime's defaults, so the pointwise blocks compiled, their compilation in the untimed warm-up),
+reporting tokens/s and peak GPU memory; single-token decode is timed at the longest context with
 the fa3 kernel and with SDPA serving the decode step. After the first two implementations the model is saved
 and a summarize job of a 128K-token document runs through the worker's task code (settings, loading,
 chunked prefill, decode) while the benchmark's copy stays resident (reported).

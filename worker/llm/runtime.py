@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from core.logging import get_logger
 from worker.llm.attention import ATTENTION_IMPLEMENTATIONS, register_fa3_attention, set_decode_attention
+from worker.llm.compiled_blocks import compile_pointwise_blocks
 
 log = get_logger()
 
@@ -68,11 +69,13 @@ def load_runtime(
     prefill_chunk_tokens: int = 8192,
     pack_token_budget: int = 8192,
     decode_graph: bool = True,
+    compile_blocks: bool = True,
 ) -> LLMRuntime:
     """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`.
 
     `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
-    a CUDA graph where the attention implementation allows it (`decode_graph.py`).
+    a CUDA graph where the attention implementation allows it (`decode_graph.py`); `compile_blocks` compiles the
+    norm and MLP blocks on a GPU (`compiled_blocks.py`).
     """
     _check_attention_impl(attention_impl)
     register_fa3_attention()
@@ -87,6 +90,7 @@ def load_runtime(
         prefill_chunk_tokens=prefill_chunk_tokens,
         pack_token_budget=pack_token_budget,
         decode_graph=decode_graph,
+        compile_blocks=compile_blocks,
     )
     log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device),
              max_context=runtime.max_context)
@@ -102,14 +106,18 @@ def runtime_for(
     prefill_chunk_tokens: int = 8192,
     pack_token_budget: int = 8192,
     decode_graph: bool = True,
+    compile_blocks: bool = True,
 ) -> LLMRuntime:
-    """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`)."""
+    """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`); with
+    `compile_blocks`, a model on a GPU gets its norm and MLP blocks compiled (on the CPU it stays eager)."""
     _check_attention_impl(attention_impl)
     if prefill_chunk_tokens < 1 or pack_token_budget < 1:
         raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
     register_fa3_attention()
     if model.config._attn_implementation != attention_impl:
         model.set_attn_implementation(attention_impl)
+    if compile_blocks and model.device.type == "cuda":
+        compile_pointwise_blocks(model)
     context = max_context or getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if not context:
         raise ValueError("the model's config has no max_position_embeddings; set the context length")
@@ -142,7 +150,7 @@ def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
     impl = settings.attention_impl if device.type == "cuda" else "sdpa"
     set_decode_attention(settings.decode_attention)
     key = (settings.llm_model, impl, str(device), settings.llm_max_context, settings.prefill_chunk_tokens,
-           settings.pack_token_budget, settings.decode_cuda_graph)
+           settings.pack_token_budget, settings.decode_cuda_graph, settings.compile_blocks)
     with _lock:
         if key not in _runtimes:
             _runtimes[key] = load_runtime(
@@ -153,5 +161,6 @@ def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
                 prefill_chunk_tokens=settings.prefill_chunk_tokens,
                 pack_token_budget=settings.pack_token_budget,
                 decode_graph=settings.decode_cuda_graph,
+                compile_blocks=settings.compile_blocks,
             )
         return _runtimes[key]
