@@ -747,7 +747,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    if (LOOP == OVERLAP_MAX) {
+    if (LOOP != SERIAL) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
@@ -767,53 +767,28 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_commit();
         issue_pv_tile(sm.v[slot(j - 1)]);
         wgmma_commit();
-        wgmma_wait<1>();  // Q·Kᵀ(j) done; its row max runs under P·V(j-1)
+        wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under softmax(j), or under its row max (OVERLAP_MAX)
         wait_s();
         release(sm.k_empty, j);
-        tile_params(ks, vs, scale, p_offset, l_unit);
         const bool masked = j * BLOCK_N >= t.n_full;
-        if (masked)
-          moved = tile_row_max<E, true, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
-        else
-          moved = tile_row_max<E, false, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
+        if (LOOP == OVERLAP) {
+          softmax_tile(j, ks, vs);
+        } else {
+          tile_params(ks, vs, scale, p_offset, l_unit);
+          if (masked)
+            moved = tile_row_max<E, true, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
+          else
+            moved = tile_row_max<E, false, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
+        }
         wgmma_wait<0>();
         wait_o();
         release(sm.v_empty, j - 1);
-        if (masked)
-          tile_exp<E, true>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
-        else
-          tile_exp<E, false>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
-        rescale();
-        pack();
-      }
-      if (n_tiles > 0) pv_alone(n_tiles - 1);
-    } else if (LOOP == OVERLAP) {
-      if (n_tiles > 0) {
-        float ks[SB], vs[SB];
-        scales(0, ks, vs);
-        qk_alone(0);
-        softmax_tile(0, ks, vs);
-        rescale();
-        pack();
-      }
-      for (int j = 1; j < n_tiles; ++j) {
-        float ks[SB], vs[SB];
-        scales(j, ks, vs);
-        mbar_wait(&sm.k_full[slot(j)], phase(j));
-        mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
-        wait_o();
-        wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
-        wgmma_commit();
-        issue_pv_tile(sm.v[slot(j - 1)]);
-        wgmma_commit();
-        wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
-        wait_s();
-        release(sm.k_empty, j);
-        softmax_tile(j, ks, vs);
-        wgmma_wait<0>();
-        wait_o();
-        release(sm.v_empty, j - 1);
+        if (LOOP == OVERLAP_MAX) {
+          if (masked)
+            tile_exp<E, true>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
+          else
+            tile_exp<E, false>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
+        }
         rescale();
         pack();
       }
