@@ -27,15 +27,17 @@ MIN_ELEMENTS = 1 << 20  # 256 tokens of a 4096-wide hidden state
 
 
 class LongInputsCompiled:
-    """`eager(x, ...)` for small x, its torch.compile'd form for x of at least `min_elements` elements."""
+    """`eager(x, ...)` while its first argument x (positional or keyword) is small, its torch.compile'd form for x of
+    at least `min_elements` elements."""
 
     def __init__(self, eager: Callable, backend: str, min_elements: int):
         self.eager = eager
         self.compiled = torch.compile(eager, dynamic=True, backend=backend)
         self.min_elements = min_elements
 
-    def __call__(self, x: torch.Tensor, *args, **kwargs):
-        return (self.compiled if x.numel() >= self.min_elements else self.eager)(x, *args, **kwargs)
+    def __call__(self, *args, **kwargs):
+        x = args[0] if args else next(iter(kwargs.values()))
+        return (self.compiled if x.numel() >= self.min_elements else self.eager)(*args, **kwargs)
 
 
 def _is_gated_mlp(module: torch.nn.Module) -> bool:

@@ -50,3 +50,14 @@ def test_inputs_below_the_threshold_run_eager(tiny_model):
     with torch.no_grad():
         tiny_model(input_ids=torch.tensor([[1, 2, 3]]))
     assert counters["stats"]["unique_graphs"] == 0
+
+
+
+def test_the_size_test_reads_a_keyword_first_argument():
+    torch._dynamo.reset()
+    counters.clear()
+    wrapped = LongInputsCompiled(lambda x, scale: x * scale, "aot_eager", min_elements=10)
+    assert torch.equal(wrapped(x=torch.ones(3), scale=2.0), torch.full((3,), 2.0))
+    assert counters["stats"]["unique_graphs"] == 0  # small: eager
+    assert torch.equal(wrapped(x=torch.ones(12), scale=3.0), torch.full((12,), 3.0))
+    assert counters["stats"]["unique_graphs"] == 1
