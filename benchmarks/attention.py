@@ -3,7 +3,8 @@ backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable)
 
     python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
     python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
-    python benchmarks/attention.py kernels [--out DIR]           # the forward kernels side by side, S=16K
+    python benchmarks/attention.py kernels [--prefill-shape] [--out DIR]  # the forward kernels side by side, S=16K
+                                                                         # (and the 128K prefill's FP8 attention)
 
 16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
 Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
@@ -295,6 +296,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
 }
 D128_ONLY = ("cuda-serial-3wg", "cuda-overlap-3wg", "cuda-overlap-max-3wg", "cuda-serial-256")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
+PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
 
@@ -331,56 +333,67 @@ def kernel_runner(name, fp8, q, k, v, bundles, causal):
     return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, **extra)[0]
 
 
+def kernel_cases(args):
+    """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: S=16K at 16K tokens per batch, and with
+    --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after them."""
+    cases = []
+    for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
+        for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
+            batch, heads = shape_for(16384, d)
+            cases += [(fp8, d, causal, 16384, batch, heads, heads) for causal in (False, True)]
+    if args.prefill_shape:
+        seqlen, heads, kv_heads, d = PREFILL_SHAPE
+        cases += [(True, d, True, seqlen, 1, heads, kv_heads)] if "fp8" in args.dtypes else []
+    return cases
+
+
 def kernels(args):
-    """The forward kernels side by side at S=16K (FP8: kernel-only, one quantized bundle per shape), beside SDPA's
-    cuDNN and flash backends (BF16) and cuDNN's FP8; each checked against the fp64 reference on a small case and
-    against the Triton kernel's output on the timed shape first."""
+    """The forward kernels side by side (FP8: kernel-only, one quantized bundle per shape), beside SDPA's cuDNN and
+    flash backends (BF16) and cuDNN's FP8, on `kernel_cases`; each checked against the fp64 reference on a small
+    case and against the Triton kernel's output on the timed shape first."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name()
     rows, table = [], []
-    seqlen = 16384
     os.environ["FA3FP8_KERNEL"] = "triton"  # what attention_fwd launches for the "triton" rows
-    for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
+    for fp8, d, causal, seqlen, batch, heads, kv_heads in kernel_cases(args):
         dtype = "fp8" if fp8 else "bf16"
-        for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
-            for causal in (False, True):
-                batch, heads = shape_for(seqlen, d)
-                q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
-                b = fp8_bundles(q, k, v) if fp8 else None
-                cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
-                cb = fp8_bundles(cq, ck, cv) if fp8 else None
-                ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
-                names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)]
-                runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
-                if fp8:
-                    try:
-                        runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
-                    except Exception as exc:
-                        print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
-                else:
-                    runners["sdpa-cudnn"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
-                    runners["sdpa-flash"] = sdpa_runner("sdpa-flash", q, k, v, causal)
-                base = runners["triton"]().float()
-                for name in names:
-                    check = kernel_runner(name, fp8, cq, ck, cv, cb, causal)().view(ref.shape)
-                    err = ((check.double() - ref).norm() / ref.norm()).item()
-                    diff = ((runners[name]().float() - base).norm() / base.norm()).item()
-                    table.append(f"check {dtype} d{d} {'causal' if causal else 'full'} {name}: rel err vs fp64 "
-                                 f"{err:.2e}, rel diff to triton {diff:.2e}")
-                timings = {name: [] for name in runners}
-                for _ in range(ROUNDS):
-                    for name, fn in runners.items():
-                        timings[name].append(flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9)
-                for name, runs in timings.items():
-                    median, best = sorted(runs)[len(runs) // 2], max(runs)
-                    rows.append(dict(impl=name, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(median, 1),
-                                     best=round(best, 1), runs=[round(r, 1) for r in runs]))
-                    table.append(f"{dtype:4s} {name:16s} d{d:<4d} S{seqlen} {'causal' if causal else 'full  '} "
-                                 f"{median:7.1f} TFLOPS (best {best:6.1f})")
-                print("\n".join(table[-len(runners) - len(names):]), flush=True)
-                del q, k, v, b
-                torch.cuda.empty_cache()
+        q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, "cuda", seed=d)
+        b = fp8_bundles(q, k, v) if fp8 else None
+        cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
+        cb = fp8_bundles(cq, ck, cv) if fp8 else None
+        ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
+        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)]
+        runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
+        if fp8:
+            try:
+                runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
+            except Exception as exc:
+                print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
+        else:
+            runners["sdpa-cudnn"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
+            runners["sdpa-flash"] = sdpa_runner("sdpa-flash", q, k, v, causal)
+        base = runners["triton"]().float()
+        for name in names:
+            check = kernel_runner(name, fp8, cq, ck, cv, cb, causal)().view(ref.shape)
+            err = ((check.double() - ref).norm() / ref.norm()).item()
+            diff = ((runners[name]().float() - base).norm() / base.norm()).item()
+            table.append(f"check {dtype} d{d} {'causal' if causal else 'full'} {name}: rel err vs fp64 "
+                         f"{err:.2e}, rel diff to triton {diff:.2e}")
+        timings = {name: [] for name in runners}
+        for _ in range(ROUNDS):
+            for name, fn in runners.items():
+                timings[name].append(flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9)
+        for name, runs in timings.items():
+            median, best = sorted(runs)[len(runs) // 2], max(runs)
+            rows.append(dict(impl=name, dtype=dtype, d=d, S=seqlen, heads=heads, kv_heads=kv_heads,
+                             causal=causal, tflops=round(median, 1), best=round(best, 1),
+                             runs=[round(r, 1) for r in runs]))
+            table.append(f"{dtype:4s} {name:20s} d{d:<4d} S{seqlen} H{heads}/{kv_heads} "
+                         f"{'causal' if causal else 'full  '} {median:7.1f} TFLOPS (best {best:6.1f})")
+        print("\n".join(table[-len(runners) - len(names):]), flush=True)
+        del q, k, v, b
+        torch.cuda.empty_cache()
     os.environ.pop("FA3FP8_KERNEL")
     stem = f"attention-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
     (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": ROUNDS, "rows": rows}, indent=1))
@@ -389,23 +402,26 @@ def kernels(args):
 
 
 def plot_kernels(rows, path):
-    """TFLOPS per kernel, grouped by (dtype, d, causal): the `kernels` mode's bar chart."""
+    """TFLOPS per kernel, grouped by (dtype, d, causal, S, heads): the `kernels` mode's bar chart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows})
+    def group(r):
+        return r["dtype"], r["d"], r["causal"], r["S"], r["heads"], r["kv_heads"]
+
+    groups = sorted({group(r) for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     width = 0.8 / len(impls)
     fig, ax = plt.subplots(figsize=(14, 4.5))
     for n, impl in enumerate(impls):
-        values = [next((r["tflops"] for r in rows if (r["dtype"], r["d"], r["causal"], r["impl"]) == (*g, impl)), 0)
-                  for g in groups]
+        values = [next((r["tflops"] for r in rows if group(r) == g and r["impl"] == impl), 0) for g in groups]
         ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
-    ax.set_xticklabels([f"{t} d{d} {'causal' if c else 'full'}" for t, d, c in groups], fontsize=8)
-    ax.set_ylabel("TFLOPS (S=16K)")
+    ax.set_xticklabels([f"{t} d{d} {'causal' if c else 'full'}\nS{s // 1024}K H{h}/{kv}" for t, d, c, s, h, kv in groups],
+                       fontsize=7)
+    ax.set_ylabel("TFLOPS")
     ax.set_ylim(0, 1.2 * max(r["tflops"] for r in rows))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=len(impls))
@@ -421,6 +437,8 @@ def main():
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(HEAD_DIMS),
                         help="sweep, kernels: head dims, comma-separated")
     parser.add_argument("--fp8-only", action="store_true", help="sweep: FP8 configs only")
+    parser.add_argument("--prefill-shape", action="store_true",
+                        help="kernels: also the 128K prefill's causal FP8 attention (one sequence, 32 / 8 heads, d128)")
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"],
                         help="kernels: bf16 and/or fp8, comma-separated")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))

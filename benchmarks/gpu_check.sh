@@ -25,7 +25,7 @@ if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ kernels alone: build, then
         --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/cuda-tests.log" | tail -25 || status=1
 fi
 if [[ "$steps" == *" kernels "* ]]; then
-    timeout 300 python3 benchmarks/attention.py kernels --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -40 || status=1
+    timeout 420 python3 benchmarks/attention.py kernels --prefill-shape --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -40 || status=1
 fi
 if [[ "$steps" == *" sweep "* ]]; then
     asm=""; [[ "$steps" == *" asm "* ]] && asm="--asm bf16"
