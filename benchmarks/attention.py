@@ -419,8 +419,8 @@ def plot_kernels(rows, path):
         values = [next((r["tflops"] for r in rows if group(r) == g and r["impl"] == impl), 0) for g in groups]
         ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
-    ax.set_xticklabels([f"{t} d{d} {'causal' if c else 'full'}\nS{s // 1024}K H{h}/{kv}" for t, d, c, s, h, kv in groups],
-                       fontsize=7)
+    labels = [f"{t} d{d} {'causal' if c else 'full'}\nS{s // 1024}K H{h}/{kv}" for t, d, c, s, h, kv in groups]
+    ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("TFLOPS")
     ax.set_ylim(0, 1.2 * max(r["tflops"] for r in rows))
     ax.grid(axis="y", alpha=0.3)

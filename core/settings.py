@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     llm_max_context: int | None = Field(None, gt=0, description="context length; default: the model's")
     decode_attention: Literal["split", "kernel", "sdpa", "matmul"] = "split"
     decode_cuda_graph: bool = Field(True, description="replay decode steps from a CUDA graph (fa3 + split decode)")
-    compile_blocks: bool = Field(True, description="compile the LLM's norm and MLP blocks with torch.compile (GPU)")
+    compile_blocks: bool = Field(True, description="compile the LLM's norm, MLP and rotary blocks (GPU)")
     max_documents_per_task: int = Field(64, gt=0)
 
     watch_uri: str | None = None

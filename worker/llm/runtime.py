@@ -75,7 +75,7 @@ def load_runtime(
 
     `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
     a CUDA graph where the attention implementation allows it (`decode_graph.py`); `compile_blocks` compiles the
-    norm and MLP blocks on a GPU (`compiled_blocks.py`).
+    norm, MLP and rotary blocks on a GPU (`compiled_blocks.py`).
     """
     _check_attention_impl(attention_impl)
     register_fa3_attention()
@@ -109,7 +109,7 @@ def runtime_for(
     compile_blocks: bool = True,
 ) -> LLMRuntime:
     """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`); with
-    `compile_blocks`, a model on a GPU gets its norm and MLP blocks compiled (on the CPU it stays eager)."""
+    `compile_blocks`, a model on a GPU gets its norm, MLP and rotary blocks compiled (on the CPU it stays eager)."""
     _check_attention_impl(attention_impl)
     if prefill_chunk_tokens < 1 or pack_token_budget < 1:
         raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
