@@ -16,6 +16,7 @@ import gc
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from core.settings import PREFILL_CHUNK_TOKENS
 from worker.llm.attention import DECODE_ATTENTION, set_decode_attention
 from worker.llm.random_checkpoint import LLAMA_31_8B_SHAPE, llama_config
 from worker.llm.runtime import runtime_for
@@ -54,23 +56,31 @@ def release() -> None:
     torch.cuda.reset_peak_memory_stats()
 
 
-def prefill_row(runtime, ids: list[int], mode: str) -> dict:
-    """Prefill `ids` in a fresh Session; tokens/s and peak memory (or the error, so the other rows still run)."""
+def prefill_row(runtime, ids: list[int], mode: str, repeats: int = 1) -> dict:
+    """Prefill `ids` in a fresh Session `repeats` times; tokens/s of the median time, every time, and peak memory
+    (or the error, so the other rows still run)."""
     row = {"impl": IMPL_NAMES[runtime.attention_impl], "tokens": len(ids), "prefill": mode,
            "chunk_tokens": min(runtime.prefill_chunk_tokens, len(ids))}
-    release()
-    session = Session(runtime)
-    try:
-        session.prefill(ids)
-    except Exception as error:  # out of memory, or a shape the kernels refuse: reported in the row
-        row["error"] = f"{type(error).__name__}: {error}"[:300]
-    else:
+    times = []
+    for _ in range(repeats):
+        release()
+        session = Session(runtime)
+        try:
+            session.prefill(ids)
+            times.append(session.usage.prefill_s)
+        except Exception as error:  # out of memory, or a shape the kernels refuse: reported in the row
+            row["error"] = f"{type(error).__name__}: {error}"[:300]
+        del session
+        if "error" in row:
+            break
+    if "error" not in row:
+        median = statistics.median(times)
         row.update({
-            "prefill_s": round(session.usage.prefill_s, 3),
-            "tokens_per_s": round(len(ids) / session.usage.prefill_s, 1),
+            "prefill_s": round(median, 3),
+            "tokens_per_s": round(len(ids) / median, 1),
+            "prefill_s_all": [round(t, 3) for t in times],
             "peak_gb": round(torch.cuda.max_memory_allocated() / GB, 2),
         })
-    del session
     release()
     return row
 
@@ -128,7 +138,7 @@ def summarize_job(folder: Path, tokenizer, tokens: int, impl: str, decode_attent
     (which reads the settings and loads the model on first use, as a worker process does)."""
     os.environ.update({
         "DOCFLASH_ENV": "test", "DOCFLASH_LLM_MODEL": str(folder), "DOCFLASH_ATTENTION_IMPL": impl,
-        "DOCFLASH_DECODE_ATTENTION": decode_attention, "DOCFLASH_PREFILL_CHUNK_TOKENS": "8192",
+        "DOCFLASH_DECODE_ATTENTION": decode_attention,
     })
     from core.settings import get_settings
     from core.task_specs import validate_options
@@ -165,12 +175,12 @@ def benchmark(model, tokenizer, impls: list[str], args, report: dict, save) -> N
             save()
             continue
         for tokens in args.tokens:
-            report["rows"].append(prefill_row(runtime, ids[:tokens], "chunked"))
+            report["rows"].append(prefill_row(runtime, ids[:tokens], "chunked", args.repeats))
             print(json.dumps(report["rows"][-1]), flush=True)
             save()
         if args.one_pass:
             one_pass = runtime_for(model, tokenizer, attention_impl=impl, prefill_chunk_tokens=max(args.tokens))
-            report["rows"].append(prefill_row(one_pass, ids[: max(args.tokens)], "one_pass"))
+            report["rows"].append(prefill_row(one_pass, ids[: max(args.tokens)], "one_pass", args.repeats))
             print(json.dumps(report["rows"][-1]), flush=True)
         if args.decode_steps:
             context = max(args.tokens) - args.decode_steps - 2  # room for the warm-up and timed tokens
@@ -198,7 +208,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for e2e-<gpu>-<date>.json")
     parser.add_argument("--tokens", type=int, nargs="+", default=[8192, 32768, 131072])
     parser.add_argument("--impls", nargs="+", default=list(IMPL_NAMES), choices=list(IMPL_NAMES))
-    parser.add_argument("--chunk-tokens", type=int, default=8192)
+    parser.add_argument("--chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS)
+    parser.add_argument("--repeats", type=int, default=1, help="prefills per row (the row reports the median)")
     parser.add_argument("--decode-steps", type=int, default=32, help="0 skips the decode rows")
     parser.add_argument("--one-pass", action=argparse.BooleanOptionalAction, default=True,
                         help="also prefill the longest length in one pass")

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from core.logging import get_logger
+from core.settings import PREFILL_CHUNK_TOKENS
 from worker.llm.attention import ATTENTION_IMPLEMENTATIONS, register_fa3_attention, set_decode_attention
 from worker.llm.compiled_blocks import compile_pointwise_blocks
 
@@ -66,7 +67,7 @@ def load_runtime(
     attention_impl: str = "sdpa",
     device: torch.device | str | None = None,
     max_context: int | None = None,
-    prefill_chunk_tokens: int = 8192,
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
     pack_token_budget: int = 8192,
     decode_graph: bool = True,
     compile_blocks: bool = True,
@@ -103,7 +104,7 @@ def runtime_for(
     *,
     attention_impl: str,
     max_context: int | None = None,
-    prefill_chunk_tokens: int = 8192,
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
     pack_token_budget: int = 8192,
     decode_graph: bool = True,
     compile_blocks: bool = True,
