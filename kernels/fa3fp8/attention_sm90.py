@@ -5,7 +5,7 @@ One persistent CTA per SM loops over work tiles (128 or 192 query rows of one se
 per work tile, as their lengths differ): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
 (or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial"
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
-tile j runs while the tensor cores work ("overlap-max", three consumers: only its row max). FP8 takes the
+tile j runs while the tensor cores work. FP8 takes the
 quantized bundle of `quantize_qkv` (128-key K/V quantization blocks, 64- or 128-row Q blocks, V key-permuted) and
 reads K/V tiles of one or two blocks (`block_n`); BF16/FP16 take packed Q, K, V as they are.
 """
@@ -18,7 +18,7 @@ LOG2E = 1.4426950408889634
 KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
-LOOPS = {"serial": 0, "overlap": 1, "overlap-max": 2}  # csrc/attn_sm90.cu's Loop ("overlap-max": three consumers)
+LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
 # 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
@@ -101,9 +101,9 @@ def attention_fp8_fwd_sm90(
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
-    head dim's default, LOOP), or with three consumers "overlap-max" (only the row max under P·V); `consumers`: 2
-    or 3 warpgroups of 64 query rows per CTA (3: d128, 128-key tiles; overlapped, P·V reads P from shared memory);
-    `block_n`: keys per K/V tile, one of FP8_BLOCK_N. Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
+    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N. Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
+    fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     total_k, kv_heads, _ = k8.shape

@@ -3,10 +3,9 @@
 // A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows
 // of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with
 // TMA (128-byte swizzle, mbarrier completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and
-// O += P·V on wgmma (S from shared memory, P from registers, or from shared memory for three overlapped consumers)
-// with the online softmax between. The loop (Loop below) runs each tile's steps in order, or issues Q·Kᵀ of tile j
-// before P·V of tile j-1 and computes softmax(j) (or its row max) while that P·V runs (FlashAttention-3, section
-// 3.2). K and V slots are released separately (K after its Q·Kᵀ,
+// O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between. The loop (Loop
+// below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j)
+// while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
 // and first K/V tiles while the consumers finish the current one.
 //
@@ -14,7 +13,7 @@
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 7.
+// Engineering log: kernels/NOTES.md, sessions 3 to 8.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -55,14 +54,8 @@ using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
-// softmax(j) under that P·V; OVERLAP_MAX issues them alike but runs only softmax(j)'s row max under P·V(j-1) and its
-// exponentials after (three consumers: the overlapped loop's whole softmax does not fit their 160 registers).
-enum Loop { SERIAL = 0, OVERLAP = 1, OVERLAP_MAX = 2 };
-
-// Whether P·V reads P from shared memory rather than registers: three consumers in an overlapped loop, whose 160
-// registers hold S(j) and O while P·V(j-1) runs but not P(j-1) as well (each consumer stores its P tile, 64 rows x
-// BLOCK_N keys, swizzled like Q, before issuing P·V).
-__host__ __device__ constexpr bool p_in_smem(int consumers, int loop) { return consumers == 3 && loop != SERIAL; }
+// softmax(j) under that P·V.
+enum Loop { SERIAL = 0, OVERLAP = 1 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
 // q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
@@ -88,10 +81,9 @@ struct Params {
   int work_tiles;
 };
 
-template <int Q_BYTES, int TILE_BYTES, int STAGES, int P_BYTES>
+template <int Q_BYTES, int TILE_BYTES, int STAGES>
 struct alignas(1024) SharedStorage {
   uint8_t q[Q_BYTES];
-  uint8_t p[P_BYTES];  // empty unless p_in_smem
   uint8_t k[STAGES][TILE_BYTES];
   uint8_t v[STAGES][TILE_BYTES];
   uint64_t q_full;
@@ -102,10 +94,9 @@ struct alignas(1024) SharedStorage {
   uint64_t v_empty[STAGES];
 };
 
-// A CTA's shared memory: Q, the consumers' P tiles where p_in_smem, and STAGES K and V tiles of BLOCK_N keys
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, int LOOP>
-using StorageFor = SharedStorage<CONSUMERS * WG_ROWS * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES,
-                                 p_in_smem(CONSUMERS, LOOP) ? CONSUMERS * WG_ROWS * BLOCK_N * E::BYTES : 0>;
+// A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
+using StorageFor = SharedStorage<CONSUMERS * WG_ROWS * D * E::BYTES, BLOCK_N * D * E::BYTES, STAGES>;
 
 // ------------------------------------------------------------------------------------------ PTX wrappers
 
@@ -256,14 +247,6 @@ struct WgmmaPV;
   };
 
 FA_WGMMA_PV(E4M3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
-
-// O (64 x 128, fp32) += P (64 x 32 keys, e4m3, shared memory) · V (32 keys x 128, shared, K-major)
-__device__ __forceinline__ void wgmma_pv_e4m3_shared(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-               FA_ACC64 ", %64, %65, p, 1, 1;\n}\n"
-               : FA_R64(FA_RW, d)
-               : "l"(a), "l"(b), "r"(1));
-}
 FA_WGMMA_PV(BF16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
 FA_WGMMA_PV(FP16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
 
@@ -321,17 +304,16 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 // own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization blocks). The running max m of this
 // warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
 // stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
-// rescale; O / l is exact either way). In two phases, which a loop may run apart: tile_row_max, then tile_exp.
-
-// Phase 1: mask the tile (MASKED: its scores scaled as well), its row maxima into mx (scaled), and the vote:
-// returns whether m moves.
+// rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
 template <class E, bool MASKED, bool CAUSAL, int NREGS, int SB>
-__device__ __forceinline__ bool tile_row_max(float (&s)[NREGS], const RowState& st, const float (&scale)[SB],
-                                             float (&mx)[2], int n0, int row0, int seqlen_k, int diag) {
+__device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
+                                               const float (&p_offset)[SB], const float (&l_unit)[SB],
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
   static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
   constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
+  auto add = [](float a, float b) { return a + b; };
   if (MASKED) {
     // diagonal band / ragged end: key n is visible to query row when n < seqlen_k and n <= row + diag
 #pragma unroll
@@ -341,6 +323,7 @@ __device__ __forceinline__ bool tile_row_max(float (&s)[NREGS], const RowState& 
       s[r] = visible ? s[r] * scale[r / BLOCK_REGS] : -INFINITY;
     }
   }
+  float mx[2], offset[SB][2];
   bool passes = false;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -356,18 +339,7 @@ __device__ __forceinline__ bool tile_row_max(float (&s)[NREGS], const RowState& 
     if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
-  return __any_sync(0xffffffff, passes);
-}
-
-// Phase 2: move m when the vote says so (alpha: the factor for what was accumulated before), the exponentials and
-// the row sums.
-template <class E, bool MASKED, int NREGS, int SB>
-__device__ __forceinline__ void tile_exp(float (&s)[NREGS], RowState& st, bool moved, const float (&mx)[2],
-                                         const float (&scale)[SB], const float (&p_offset)[SB],
-                                         const float (&l_unit)[SB], float (&alpha)[2]) {
-  constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
-  auto add = [](float a, float b) { return a + b; };
-  float offset[SB][2];
+  const bool moved = __any_sync(0xffffffff, passes);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_old = st.m[i];
@@ -391,16 +363,6 @@ __device__ __forceinline__ void tile_exp(float (&s)[NREGS], RowState& st, bool m
       st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
                                           reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
   }
-}
-
-// Both phases in a row; returns whether m moved.
-template <class E, bool MASKED, bool CAUSAL, int NREGS, int SB>
-__device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
-                                               const float (&p_offset)[SB], const float (&l_unit)[SB],
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
-  float mx[2];
-  const bool moved = tile_row_max<E, MASKED, CAUSAL>(s, st, scale, mx, n0, row0, seqlen_k, diag);
-  tile_exp<E, MASKED>(s, st, moved, mx, scale, p_offset, l_unit, alpha);
   return moved;
 }
 
@@ -464,40 +426,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t
   }
 }
 
-// FP8 only: O += P · V tile with this consumer's P tile in shared memory (store_p_shared), one [64 rows x 128 keys]
-// panel per 128 keys, read 32 keys per k-step like Q in issue_qk.
-template <int D, int N>
-__device__ __forceinline__ void issue_pv_shared(float (&o)[D / 128][64], const uint8_t* p_wg, const uint8_t* v_tile) {
-#pragma unroll
-  for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-    for (int kk = 0; kk < N / 32; ++kk)
-      wgmma_pv_e4m3_shared(o[nb], smem_desc(p_wg + (kk / 4) * WG_ROWS * PANEL + (kk % 4) * 32),
-                           smem_desc(v_tile + (kk / 4) * D * PANEL + nb * 128 * PANEL + (kk % 4) * 32));
-}
-
-// FP8: this thread's P fragments (pack_p) into its consumer's P tile, 128-byte swizzled: fragment kk * 4 + half * 2 + i
-// holds row 16 * warp + g + 8i, key positions 32kk + 16half + 4t .. +3 (g = lane / 4, t = lane % 4). A warp's
-// store covers 8 rows at 8 different 16-byte columns: no bank conflicts. Then the warpgroup syncs (named barrier
-// 1 + consumer) after making the stores visible to wgmma's async proxy.
-template <int PREGS>
-__device__ __forceinline__ void store_p_shared(const uint32_t (&a)[PREGS], uint8_t* p_wg, int consumer) {
-  const int tw = threadIdx.x % 128, warp = tw / 32, g = (tw % 32) / 4, t = tw % 4;
-#pragma unroll
-  for (int kk = 0; kk < PREGS / 4; ++kk)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = 16 * warp + g + 8 * i, col = (kk % 4) * 32 + half * 16 + 4 * t;
-        uint8_t* panel = p_wg + (kk / 4) * WG_ROWS * PANEL;
-        *reinterpret_cast<uint32_t*>(panel + row * PANEL + (((col >> 4) ^ (row & 7)) << 4) + (col & 15)) =
-            a[kk * 4 + half * 2 + i];
-      }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
-}
-
 template <int D>
 __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f)[2]) {
 #pragma unroll
@@ -553,9 +481,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
   constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
-  constexpr bool P_SHARED = p_in_smem(CONSUMERS, LOOP);
-  static_assert(!P_SHARED || E::FP8, "P in shared memory: FP8 only");
-  using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS, LOOP>;
+  using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   if (threadIdx.x == 0) {
@@ -620,7 +546,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
-  uint8_t* p_wg = sm.p + cw * WG_ROWS * BLOCK_N * E::BYTES;  // used where P_SHARED
   int tiles = 0, items = 0;
   for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
     WorkTile t;
@@ -677,9 +602,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
     };
-    // tile j's score scales, P's exponent offsets and row-sum units, per block (see online_softmax)
-    auto tile_params = [&](const float (&ks)[SB], const float (&vs)[SB], float (&scale)[SB], float (&p_offset)[SB],
-                           float (&l_unit)[SB]) {
+    auto softmax_tile = [&](int j, const float (&ks)[SB], const float (&vs)[SB]) {
+      float scale[SB], p_offset[SB], l_unit[SB];
 #pragma unroll
       for (int h = 0; h < SB; ++h) {
         scale[h] = qk_scale * ks[h], p_offset[h] = E::P_SHIFT, l_unit[h] = 1.f;
@@ -689,10 +613,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           l_unit[h] = __int_as_float((127 + shift) << 23);
         }
       }
-    };
-    auto softmax_tile = [&](int j, const float (&ks)[SB], const float (&vs)[SB]) {
-      float scale[SB], p_offset[SB], l_unit[SB];
-      tile_params(ks, vs, scale, p_offset, l_unit);
       if (j * BLOCK_N >= t.n_full)
         moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
                                                 t.seqlen_k, t.diag);
@@ -711,19 +631,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
-      if constexpr (!P_SHARED) fence_regs(pa);
+      fence_regs(pa);
       for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
-    };
-    // P(j) as P·V's operand: registers, or this consumer's P tile in shared memory
-    auto pack = [&]() {
-      pack_p<E>(s_acc, pa);
-      if constexpr (P_SHARED) store_p_shared(pa, p_wg, cw);
-    };
-    auto issue_pv_tile = [&](const uint8_t* v_tile) {
-      if constexpr (P_SHARED)
-        issue_pv_shared<D, BLOCK_N>(o, p_wg, v_tile);
-      else
-        issue_pv<E, D, BLOCK_N>(o, pa, v_tile);
     };
     // one product alone, waited for, its K or V slot released: the serial loop's steps, and the overlapped loop's
     // first Q·Kᵀ and last P·V
@@ -740,24 +649,24 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
-      issue_pv_tile(sm.v[slot(j)]);
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j);
     };
 
-    if (LOOP != SERIAL) {
+    if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
         qk_alone(0);
         softmax_tile(0, ks, vs);
         rescale();
-        pack();
+        pack_p<E>(s_acc, pa);
       }
       for (int j = 1; j < n_tiles; ++j) {
-        float ks[SB], vs[SB], scale[SB], p_offset[SB], l_unit[SB], mx[2];
+        float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
@@ -765,32 +674,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        issue_pv_tile(sm.v[slot(j - 1)]);
+        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
-        wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under softmax(j), or under its row max (OVERLAP_MAX)
+        wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
         release(sm.k_empty, j);
-        const bool masked = j * BLOCK_N >= t.n_full;
-        if (LOOP == OVERLAP) {
-          softmax_tile(j, ks, vs);
-        } else {
-          tile_params(ks, vs, scale, p_offset, l_unit);
-          if (masked)
-            moved = tile_row_max<E, true, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
-          else
-            moved = tile_row_max<E, false, CAUSAL>(s_acc, st, scale, mx, j * BLOCK_N, row0, t.seqlen_k, t.diag);
-        }
+        softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
         release(sm.v_empty, j - 1);
-        if (LOOP == OVERLAP_MAX) {
-          if (masked)
-            tile_exp<E, true>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
-          else
-            tile_exp<E, false>(s_acc, st, moved, mx, scale, p_offset, l_unit, alpha);
-        }
         rescale();
-        pack();
+        pack_p<E>(s_acc, pa);
       }
       if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
@@ -800,7 +694,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         qk_alone(j);
         softmax_tile(j, ks, vs);
         rescale();
-        pack();
+        pack_p<E>(s_acc, pa);
         pv_alone(j);
       }
     }
@@ -877,7 +771,7 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT>;
-  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS, LOOP>) + 1024;
+  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
@@ -924,14 +818,11 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, const Launch& l) {
   return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
 }
 
-// three consumers: in order with P in registers, overlapped (whole softmax, or its row max, under P·V) with P in
-// shared memory (p_in_smem)
+// three consumers only in order (with softmax under P·V they run out of registers and spill)
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, int loop, const Launch& l) {
-  if (loop == OVERLAP_MAX)
-    return causal ? launch<E4M3, 128, 128, 4, 3, true, OVERLAP_MAX, OutT>(l)
-                  : launch<E4M3, 128, 128, 4, 3, false, OVERLAP_MAX, OutT>(l);
-  return launch_loop<E4M3, 128, 128, 4, 3, OutT>(causal, loop, l);
+cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
+  return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
+                : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
 
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
@@ -950,7 +841,7 @@ extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
 // unsupported (head dim, consumers, loop, block_n), else the CUDA error.
-// loop: a Loop; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, 128 keys; OVERLAP_MAX: 3 only);
+// loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
@@ -958,8 +849,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
                         int causal, int loop, int consumers, int block_n, int out_bf16, void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
-      (loop != SERIAL && loop != OVERLAP && loop != OVERLAP_MAX) ||
-      (consumers == 3 && (d != 128 || block_n != 128)) || (consumers == 2 && loop == OVERLAP_MAX) ||
+      (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)))
     return -2;
   Launch l;
@@ -975,8 +865,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   const bool c = causal != 0;
   cudaError_t err;
   if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, loop, l)
-                   : launch_fp8_three_consumers<__half>(c, loop, l);
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, l) : launch_fp8_three_consumers<__half>(c, l);
   else if (d == 256)
     err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, l) : launch_fp8<256, __half>(c, loop, 128, l);
   else
