@@ -43,8 +43,13 @@ def shape_for(seqlen, d):
     return max(1, TOKENS // seqlen), HIDDEN // d
 
 
+MIN_RUNS = 25  # do_bench's rep is a time: a 35 ms call (S64K) would otherwise be timed ~4 times
+
+
 def timed(fn):
-    return do_bench(fn, warmup=25, rep=150, return_mode="median")
+    """Median milliseconds of `fn` over at least 150 ms and MIN_RUNS calls."""
+    estimate = do_bench(fn, warmup=1, rep=1, return_mode="median")
+    return do_bench(fn, warmup=25, rep=max(150.0, MIN_RUNS * estimate), return_mode="median")
 
 
 def sdpa_runner(backend, q, k, v, causal):
