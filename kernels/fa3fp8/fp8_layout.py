@@ -41,15 +41,20 @@ def unpermute_v_keys(v8t: torch.Tensor) -> torch.Tensor:
     return v8t[..., v_key_positions(torch.arange(v8t.shape[-1], device=v8t.device))]
 
 
-def block_offsets(cu_seqlens: torch.Tensor, total: int, block: int) -> tuple[torch.Tensor, int]:
-    """Cumulative count of `block`-row tiles per sequence (int32, length batch+1) and an upper bound of the total.
+def tile_bound(total: int, block: int, batch: int) -> int:
+    """An upper bound of the `block`-row tiles of `batch` sequences of `total` rows in all, known on the host."""
+    return -(-total // block) + batch
 
-    Computed on the device without a host sync; the bound is ceil(total / block) + batch.
+
+def block_offsets(cu_seqlens: torch.Tensor, total: int, block: int) -> tuple[torch.Tensor, int]:
+    """Cumulative count of `block`-row tiles per sequence (int32, length batch+1) and `tile_bound`.
+
+    Computed on the device without a host sync.
     """
     lens = cu_seqlens[1:] - cu_seqlens[:-1]
     offsets = torch.zeros_like(cu_seqlens)
     offsets[1:] = torch.cumsum((lens + block - 1) // block, 0)
-    return offsets.to(torch.int32), -(-total // block) + cu_seqlens.shape[0] - 1
+    return offsets.to(torch.int32), tile_bound(total, block, cu_seqlens.shape[0] - 1)
 
 
 @dataclass

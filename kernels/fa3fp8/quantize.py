@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from . import env
-from .fp8_layout import E4M3_MAX, block_offsets
+from .fp8_layout import E4M3_MAX, tile_bound
 from .hadamard import sign_hadamard
 
 PROGRAMS_PER_SM = 4  # resident programs per SM the grid is sized for
@@ -41,6 +41,17 @@ def to_e4m3(x, ROUND_FIRST: tl.constexpr):
 
 
 @triton.jit
+def _tiles_before(CU, b, BLOCK: tl.constexpr, CHUNK: tl.constexpr = 128):
+    """Tiles of BLOCK rows in the sequences before sequence b (cu_seqlens CU), CHUNK sequences at a time."""
+    tiles = tl.zeros((CHUNK,), dtype=tl.int32)
+    for i0 in range(0, b, CHUNK):
+        i = i0 + tl.arange(0, CHUNK)
+        lens = tl.load(CU + i + 1, mask=i < b, other=0) - tl.load(CU + i, mask=i < b, other=0)
+        tiles += (lens + BLOCK - 1) // BLOCK
+    return tl.sum(tiles, 0)
+
+
+@triton.jit
 def _quantize_kernel(
     X, Y, SCALE, R, CU, CU_B, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
     HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
@@ -51,7 +62,11 @@ def _quantize_kernel(
     b = tl.program_id(2)
     start = tl.load(CU + b)
     seqlen = tl.load(CU + b + 1) - start
-    first_tile = tl.load(CU_B + b)
+    first_tile = _tiles_before(CU, b, BLOCK)
+    if (tl.program_id(0) == 0) & (h == 0):  # the tile offsets (cu_blocks) without a cumulative sum on the host
+        tl.store(CU_B + b + 1, first_tile + tl.cdiv(seqlen, BLOCK))
+        if b == 0:
+            tl.store(CU_B, 0)
     offs_d = tl.arange(0, D)
     if HADAMARD:
         r = tl.load(R + offs_d[:, None] * D + offs_d[None, :])
@@ -111,11 +126,11 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (with `permute`, each tile's
     keys at fp8_layout.v_key_positions; block a multiple of 32), the fp32 scales
     (H, n_blocks; entries past cu_blocks[-1] are unused and unset) and the int32 tile offsets per sequence
-    (cu_blocks).
+    (cu_blocks, as fp8_layout.block_offsets gives them, written by the kernel: no cumulative sum on the host).
     """
     total, heads, d = x.shape
     batch = cu_seqlens.shape[0] - 1
-    cu_blocks, n_blocks = block_offsets(cu_seqlens, total, block)
+    n_blocks = tile_bound(total, block, batch)
     scale = torch.empty((heads, n_blocks), dtype=torch.float32, device=x.device)
     if transpose:
         y_cols = n_blocks * block
@@ -124,7 +139,8 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
         y_cols = 0
         y = torch.empty((total, heads, d), dtype=torch.float8_e4m3fn, device=x.device)
     if total == 0 or batch == 0:
-        return y, scale, cu_blocks
+        return y, scale, torch.zeros(batch + 1, dtype=torch.int32, device=x.device)
+    cu_blocks = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # written by the kernel
     if x.stride(-1) != 1:
         x = x.contiguous()
     stages = PIPELINE[d][0] if stages is None else stages

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 import fa3fp8  # noqa: E402
 from fa3fp8.configs import fp8_blocks  # noqa: E402
-from fa3fp8.fp8_layout import unpermute_v_keys  # noqa: E402
+from fa3fp8.fp8_layout import block_offsets, unpermute_v_keys  # noqa: E402
 from fa3fp8.quantize import quantize_blocks  # noqa: E402
 from fa3fp8.reference import (  # noqa: E402
     attention_fp8_reference,
@@ -106,9 +106,9 @@ def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
 
 
 def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
-    """quantize_blocks against the reference; `heads_major`: x is a (heads, tokens, d) tensor seen as (tokens,
-    heads, d), read in place."""
-    cu = torch.tensor([0, 5, 70, 103], dtype=torch.int32)
+    """quantize_blocks against the reference (an empty sequence among them); `heads_major`: x is a (heads, tokens,
+    d) tensor seen as (tokens, heads, d), read in place."""
+    cu = torch.tensor([0, 5, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
     if heads_major:
         x = x.transpose(0, 1).contiguous().transpose(0, 1)
@@ -126,6 +126,7 @@ def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
         "scale_rel_err": ((scale[:, :used] - ref_scale[:, :used]).abs() / ref_scale[:, :used]).max().item(),
         "max_ulps": ((a - b).abs() / ulp).max().item(),
         "mismatch_fraction": (a != b).float().mean().item(),
+        "tile_offsets_match": bool(torch.equal(cu_blocks, block_offsets(cu, x.shape[0], block)[0])),
     }
 
 

@@ -178,11 +178,12 @@ def test_fp8_on_a_kv_cache_quantized_in_parts_equals_quantize_qkv(d, kernel):
 def test_quantize_kernel_matches_reference(d, which, layout):
     """Each program walks several tiles (one program per SM here), read in place from either layout."""
     from fa3fp8.configs import fp8_blocks
+    from fa3fp8.fp8_layout import block_offsets
     from fa3fp8.quantize import quantize_blocks
     from fa3fp8.reference import quantize_reference
 
-    lens = [5, 3000, 129]
-    cu = torch.tensor([0, 5, 3005, 3134], dtype=torch.int32, device="cuda")
+    lens = [5, 3000, 0, 129]
+    cu = torch.tensor([0, 5, 3005, 3005, 3134], dtype=torch.int32, device="cuda")
     x = torch.randn(sum(lens), 4, d, device="cuda", dtype=torch.bfloat16) * 3
     if layout == "heads-major":
         x = x.transpose(0, 1).contiguous().transpose(0, 1)
@@ -192,6 +193,7 @@ def test_quantize_kernel_matches_reference(d, which, layout):
         x, cu, max(lens), block, hadamard, transpose, pow2_scale=transpose, programs_per_sm=1
     )
     ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose, pow2=transpose)
+    assert torch.equal(cu_blocks, block_offsets(cu, x.shape[0], block)[0])
     used = int(cu_blocks[-1])  # tiles past the last sequence's are never read
     assert torch.allclose(scale[:, :used], ref_scale[:, :used], rtol=1e-5)
     if transpose:
