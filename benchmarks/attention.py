@@ -3,8 +3,9 @@ backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable)
 
     python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
     python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
-    python benchmarks/attention.py kernels [--prefill-shape] [--out DIR]  # the forward kernels side by side, S=16K
-                                                                         # (and the 128K prefill's FP8 attention)
+    python benchmarks/attention.py kernels [--seqlens 4096,16384] [--prefill-shape] [--out DIR]
+                                          # the forward kernels side by side, S=16K by default
+                                          # (and the 128K prefill's FP8 attention)
 
 16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
 Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
@@ -291,13 +292,14 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("triton", False): None,
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
+    ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
     ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only (D128_ONLY)
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
 }
-D128_ONLY = ("cuda-serial-3wg", "cuda-serial-256")
+D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
@@ -337,13 +339,14 @@ def kernel_runner(name, fp8, q, k, v, bundles, causal):
 
 
 def kernel_cases(args):
-    """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: S=16K at 16K tokens per batch, and with
-    --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after them."""
+    """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: each of --seqlens (default 16K) at 16K
+    tokens per batch, and with --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after them."""
     cases = []
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
         for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
-            batch, heads = shape_for(16384, d)
-            cases += [(fp8, d, causal, 16384, batch, heads, heads) for causal in (False, True)]
+            for seqlen in args.seqlens:
+                batch, heads = shape_for(seqlen, d)
+                cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)]
     if args.prefill_shape:
         seqlen, heads, kv_heads, d = PREFILL_SHAPE
         cases += [(True, d, True, seqlen, 1, heads, kv_heads)] if "fp8" in args.dtypes else []
@@ -444,6 +447,8 @@ def main():
                         help="kernels: also the 128K prefill's causal FP8 attention (one sequence, 32 / 8 heads, d128)")
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"],
                         help="kernels: bf16 and/or fp8, comma-separated")
+    parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[16384],
+                        help="kernels: sequence lengths, comma-separated")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     {"bench": bench, "sweep": sweep, "kernels": kernels}[args.mode](args)

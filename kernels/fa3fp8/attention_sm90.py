@@ -18,6 +18,9 @@ LOG2E = 1.4426950408889634
 KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
+# head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
+# leave 176-key tiles a large masked remainder; not yet timed on a GPU)
+BLOCK_N_16BIT = {128: (176, 128), 256: (80,)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -121,11 +124,14 @@ def attention_fp8_fwd_sm90(
     return out, lse
 
 
-def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None):
+def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
+                       block_n=None):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
-    LOOPS (None: the head dim's default, LOOP). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
+    first; d128's 128 runs the overlapped loop only). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
+    block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
@@ -135,6 +141,6 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
+        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -30,8 +30,9 @@ def ptxas_report(tmp_path_factory):
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
-    # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x head dim {128, 256} x loop x causal
-    assert len(ptxas_report) == 24 + 16
+    # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128
+    # 128-key tiles overlapped) x causal
+    assert len(ptxas_report) == 24 + 16 + 4
 
 
 TEMPLATE = re.compile(
@@ -53,7 +54,8 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    assert checked == 8 + 8  # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x 2 head dims x causal
+    # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal
+    assert checked == 8 + 12
 
 
 @needs_nvcc
@@ -177,12 +179,15 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop", ["serial", "overlap"])
+@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128)],
+                         ids=["serial", "overlap", "overlap-128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop):
+def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, block_n):
+    if block_n is not None and block_n not in attention_sm90.BLOCK_N_16BIT[d]:
+        pytest.skip(f"no {block_n}-key tiles at d{d}")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -190,7 +195,8 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     scale = d**-0.5
     poison_cuda_cache()
-    out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop)
+    out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
+                                                 block_n=block_n)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)
     assert out.dtype == dtype and torch.isfinite(out).all()

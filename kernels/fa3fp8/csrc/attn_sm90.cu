@@ -229,6 +229,7 @@ FA_WGMMA_QK(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 
 FA_WGMMA_QK(E4M3, 256, "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "", FA_ACC128, FA_R128, "128",
             "129", "130")
 FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
+FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
 // O (64 x 128, fp32) += P (64 x K, registers) · V (K x 128, shared). TAIL: the 16-bit forms read V MN-major
@@ -827,12 +828,17 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
 
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
 // 44 KB, 64 + 2 x 2 x 40 KB). On the H200 they ran 2-6% faster than 64-key tiles at d256 and level to 3% faster than
-// 128-key tiles at d128 (kernels/NOTES.md).
+// 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
+// lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding). block_n is a
+// supported width (checked by the caller).
 template <class E>
-cudaError_t launch_16bit(int d, bool causal, int loop, const Launch& l) {
+cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
-  return d == 128 ? launch_loop<E, 128, BLOCK_N_16BIT_D128, 2, 2, Out>(causal, loop, l)
-                  : launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
+  if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
+  if (block_n == 128)
+    return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
+                  : launch<E, 128, 128, 2, 2, false, OVERLAP, Out>(l);
+  return launch_loop<E, 128, BLOCK_N_16BIT_D128, 2, 2, Out>(causal, loop, l);
 }
 
 }  // namespace
@@ -874,13 +880,17 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   return static_cast<int>(err);
 }
 
-// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop.
+// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
+// block_n: keys per K/V tile, 0 for the head dim's default (176 at d128, 80 at d256), or 128 at d128 (OVERLAP).
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int bf16, void* stream) {
+                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
+                    void* stream) {
   if (d != 128 && d != 256) return -2;
-  const int block_n = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
+  if (block_n == 0) block_n = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
+  const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
+  if (!narrow && block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256)) return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
@@ -892,7 +902,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, c, loop, l) : launch_16bit<FP16>(d, c, loop, l));
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, l)
+                               : launch_16bit<FP16>(d, block_n, c, loop, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
