@@ -108,6 +108,25 @@ def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
     assert not attention_sm90.supported_16bit(y, y, y)  # not contiguous
 
 
+@needs_nvcc
+def test_16bit_entry_point_checks_its_settings_before_any_launch():
+    """The C entry answers -2 for a (head dim, loop, block_n) it has no kernel for; a supported one gets as far as the
+    tensor maps, which a misaligned q pointer makes fail (-1) before anything launches, with or without a GPU."""
+    lib = cuda_build.load()
+    misaligned_q = 8
+
+    def entry(d, loop, block_n):
+        return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, 0,
+                                   attention_sm90.LOOPS[loop], block_n, 1, None)
+
+    assert entry(64, "overlap", 0) == -2
+    assert entry(128, "overlap", 130) == -2
+    assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles run the overlapped loop only
+    assert entry(256, "overlap", 128) == -2
+    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 0), (128, "overlap", 176), (256, "serial", 80)]:
+        assert entry(d, loop, block_n) == -1, (d, loop, block_n)
+
+
 # ------------------------------------------------------------------------------------------ on the GPU
 
 CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, causal
