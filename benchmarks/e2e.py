@@ -33,6 +33,7 @@ from worker.llm.session import Session
 
 IMPL_NAMES = {"fa3_fp8": "fa3fp8-fp8", "sdpa": "sdpa", "fa3_bf16": "fa3fp8-bf16"}
 GB = 1e9
+DECODE_REPEATS = 3  # single 32-token timings moved by up to 50% between runs (docs/llm.md, session 8)
 
 
 def build_model() -> LlamaForCausalLM:
@@ -86,7 +87,8 @@ def prefill_row(runtime, ids: list[int], mode: str, repeats: int = 1) -> dict:
 
 
 def decode_rows(runtime, ids: list[int], steps: int) -> list[dict]:
-    """Milliseconds per generated token after prefilling `ids`, per decode-attention choice."""
+    """Milliseconds per generated token after prefilling `ids`, per decode-attention choice: the median of
+    DECODE_REPEATS runs of `steps` tokens from the same cache."""
     session = Session(runtime)
     choices = ["sdpa"] if runtime.attention_impl == "sdpa" else list(DECODE_ATTENTION)
     rows = []
@@ -99,9 +101,14 @@ def decode_rows(runtime, ids: list[int], steps: int) -> list[dict]:
             try:
                 session.generate(2)
                 session.rollback(mark)
-                session.usage.decode_s = 0.0
-                generated = session.generate(steps)
-                row["ms_per_token"] = round(1000 * session.usage.decode_s / len(generated), 3)
+                per_token = []
+                for _ in range(DECODE_REPEATS):
+                    session.usage.decode_s = 0.0
+                    generated = session.generate(steps)
+                    per_token.append(1000 * session.usage.decode_s / len(generated))
+                    session.rollback(mark)
+                row["ms_per_token"] = round(statistics.median(per_token), 3)
+                row["ms_per_token_all"] = [round(ms, 3) for ms in per_token]
             except Exception as error:  # a decode path the kernels do not serve is reported, not fatal
                 row["error"] = f"{type(error).__name__}: {error}"[:300]
             rows.append(row)
