@@ -30,10 +30,13 @@ def test_compile_error_reports_nvcc_output(tmp_path):
 
 @pytest.fixture
 def fresh_availability():
-    """available() is asked once per process: these tests ask again, and leave no answer behind."""
+    """available() is asked, and the library loaded, once per process: these tests do both again (a library another
+    test loaded would answer for theirs), and leave no answer behind."""
     cuda_build.available.cache_clear()
+    cuda_build.load.cache_clear()
     yield
     cuda_build.available.cache_clear()
+    cuda_build.load.cache_clear()
 
 
 def test_built_library_is_found_without_nvcc(tmp_path, monkeypatch):
