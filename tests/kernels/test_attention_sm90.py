@@ -31,8 +31,8 @@ def ptxas_report(tmp_path_factory):
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128
-    # 128-key tiles overlapped) x causal
-    assert len(ptxas_report) == 24 + 16 + 4
+    # 128-key tiles overlapped) x causal, and the chained loop (non-causal) at those three tile shapes
+    assert len(ptxas_report) == 24 + 16 + 4 + 6
 
 
 TEMPLATE = re.compile(
@@ -77,7 +77,7 @@ def test_auto_settings_are_variants_the_library_builds():
     for (d, fp8, causal), settings in attention_sm90.FASTER.items():
         assert d in attention_sm90.HEAD_DIMS
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
-        assert loop in attention_sm90.LOOPS
+        assert loop in attention_sm90.LOOPS and not (fp8 and loop == "chain")  # chain: 16-bit only
         block_n = settings.get("block_n", 128)
         assert block_n in attention_sm90.FP8_BLOCK_N and (block_n == 128 or (fp8 and d == 128 and loop == "serial"))
         if settings.get("consumers", 2) == 3:
@@ -117,13 +117,15 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
 
     def entry(d, loop, block_n):
         return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, 0,
-                                   attention_sm90.LOOPS[loop], block_n, 1, None)
+                                   attention_sm90.LOOPS.get(loop, loop), block_n, 1, None)
 
     assert entry(64, "overlap", 0) == -2
     assert entry(128, "overlap", 130) == -2
     assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles run the overlapped loop only
     assert entry(256, "overlap", 128) == -2
-    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 0), (128, "overlap", 176), (256, "serial", 80)]:
+    assert entry(128, 3, 0) == -2  # no such loop
+    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 0), (128, "overlap", 176), (256, "serial", 80),
+                             (128, "chain", 128), (256, "chain", 0)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
 
 
@@ -143,6 +145,7 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     # end; causal, one CTA per work tile
     ([4000, 3000, 129, 1], [4000, 3000, 129, 1], 16, 4, 128, True),
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
+    ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys between chained work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
 ]
 
@@ -198,8 +201,9 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128)],
-                         ids=["serial", "overlap", "overlap-128"])
+@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128), ("chain", None),
+                                          ("chain", 128)],
+                         ids=["serial", "overlap", "overlap-128", "chain", "chain-128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"

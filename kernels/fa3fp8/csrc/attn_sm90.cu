@@ -54,8 +54,10 @@ using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
-// softmax(j) under that P·V.
-enum Loop { SERIAL = 0, OVERLAP = 1 };
+// softmax(j) under that P·V; CHAIN is OVERLAP run on across a CTA's work tiles: the next work tile's first Q·Kᵀ is
+// issued with the current one's last P·V and runs under its epilogue (Q is released after the last Q·Kᵀ, so the
+// producer loads the next Q meanwhile). Only persistent launches (no causal mask) give a CTA several work tiles.
+enum Loop { SERIAL = 0, OVERLAP = 1, CHAIN = 2 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
 // q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
@@ -548,6 +550,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
+  bool primed = false;  // CHAIN: this work tile's first Q·Kᵀ was issued, waited for and its K released already
+  float s_acc[S_REGS];  // scores; CHAIN hands the next work tile's first ones over from the end of the current one
   for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
@@ -572,7 +576,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
-    float s_acc[S_REGS];
     uint32_t pa[P_REGS];
     float alpha[2];
     bool moved;
@@ -657,11 +660,74 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    if (LOOP == OVERLAP) {
+    bool q_released = false;
+    auto release_q = [&]() {
+      if (!q_released && lane == 0) mbar_arrive(&sm.q_empty);
+      q_released = true;
+    };
+    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
+    auto store_output = [&]() {
+      const int tq = lane % 4;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float l = st.l[i];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        const int row = row0 + 8 * i;
+        const float inv = l == 0.f ? 0.f : v_max / l;
+        if (row < t.seqlen_q) {
+          OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
+#pragma unroll
+          for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+            for (int c8 = 0; c8 < 16; ++c8) {
+              const int col = nb * 128 + c8 * 8 + 2 * tq;
+              *reinterpret_cast<uint32_t*>(out + col) =
+                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+            }
+          if (tq == 0)
+            p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
+                (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+        }
+      }
+    };
+    // CHAIN: the next work tile this CTA takes, when it and this one both read keys
+    bool chained = false;
+    if constexpr (LOOP == CHAIN) {
+      WorkTile next;
+      int w_next = w + gridDim.x;
+      while (w_next < p.work_tiles && !work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w_next, next)) w_next += gridDim.x;
+      chained = n_tiles > 0 && w_next < p.work_tiles && next.n_tiles > 0;
+    }
+    // CHAIN's last step: P·V(last), then, once the next work tile's Q and first K (ring slot n_tiles on) are in, its
+    // Q·Kᵀ(0); this tile's output is written while that Q·Kᵀ runs
+    auto pv_last_with_next_qk = [&]() {
+      const int j = n_tiles - 1;
+      mbar_wait(&sm.v_full[slot(j)], phase(j));
+      wait_o();
+      wgmma_fence();
+      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
+      wgmma_commit();
+      mbar_wait(&sm.q_full, (items + 1) & 1);
+      mbar_wait(&sm.k_full[slot(j + 1)], phase(j + 1));
+      wgmma_fence();
+      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j + 1)]);
+      wgmma_commit();
+      wgmma_wait<1>();  // P·V(last) done
+      wait_o();
+      release(sm.v_empty, j);
+      store_output();
+      wgmma_wait<0>();
+      wait_s();
+      release(sm.k_empty, j + 1);
+    };
+
+    if (LOOP == OVERLAP || LOOP == CHAIN) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
-        qk_alone(0);
+        if (!primed) qk_alone(0);
+        if (LOOP == CHAIN && n_tiles == 1) release_q();
         softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
@@ -680,6 +746,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
         release(sm.k_empty, j);
+        if (LOOP == CHAIN && j == n_tiles - 1) release_q();
         softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
@@ -687,7 +754,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0) pv_alone(n_tiles - 1);
+      if (chained)
+        pv_last_with_next_qk();
+      else if (n_tiles > 0)
+        pv_alone(n_tiles - 1);
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
@@ -699,35 +769,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue
-    if (lane == 0) mbar_arrive(&sm.q_empty);
-
-    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
-    const int tq = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float l = st.l[i];
-      l += __shfl_xor_sync(0xffffffff, l, 1);
-      l += __shfl_xor_sync(0xffffffff, l, 2);
-      const int row = row0 + 8 * i;
-      const float inv = l == 0.f ? 0.f : v_max / l;
-      if (row < t.seqlen_q) {
-        OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
-#pragma unroll
-        for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-          for (int c8 = 0; c8 < 16; ++c8) {
-            const int col = nb * 128 + c8 * 8 + 2 * tq;
-            *reinterpret_cast<uint32_t*>(out + col) =
-                pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-          }
-        if (tq == 0)
-          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
-              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
-      }
-    }
+    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue (CHAIN:
+    // released right after the last Q·Kᵀ already)
+    release_q();
+    if (!chained) store_output();
     tiles += n_tiles;
     ++items;
+    primed = chained;
   }
 }
 
@@ -808,6 +856,14 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   return static_cast<cudaError_t>(-2);
 }
 
+// CHAIN (16-bit, two consumers, 2 stages): a causal launch gives each CTA one work tile (see launch), so it runs
+// OVERLAP, with nothing to chain
+template <class E, int D, int BLOCK_N, typename OutT>
+cudaError_t launch_chain(bool causal, const Launch& l) {
+  return causal ? launch<E, D, BLOCK_N, 2, 2, true, OVERLAP, OutT>(l)
+                : launch<E, D, BLOCK_N, 2, 2, false, CHAIN, OutT>(l);
+}
+
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
@@ -834,6 +890,10 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
+  if (loop == CHAIN)
+    return d == 256       ? launch_chain<E, 256, BLOCK_N_16BIT_D256, Out>(causal, l)
+           : block_n == 128 ? launch_chain<E, 128, 128, Out>(causal, l)
+                            : launch_chain<E, 128, BLOCK_N_16BIT_D128, Out>(causal, l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -881,7 +941,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// block_n: keys per K/V tile, 0 for the head dim's default (176 at d128, 80 at d256), or 128 at d128 (OVERLAP).
+// block_n: keys per K/V tile, 0 for the head dim's default (176 at d128, 80 at d256), or 128 at d128 (OVERLAP or
+// CHAIN).
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -889,7 +950,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
                     void* stream) {
   if (d != 128 && d != 256) return -2;
   if (block_n == 0) block_n = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
-  const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
+  if (loop != SERIAL && loop != OVERLAP && loop != CHAIN) return -2;
+  const bool narrow = d == 128 && block_n == 128 && loop != SERIAL;
   if (!narrow && block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256)) return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
