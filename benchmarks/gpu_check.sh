@@ -21,7 +21,7 @@ if [[ "$steps" == *" tests "* ]]; then
         --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
 fi
 if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ kernels alone: build, then their tests
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -o addopts="" \
+    timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -o addopts="" \
         --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/cuda-tests.log" | tail -25 || status=1
 fi
 if [[ "$steps" == *" kernels "* ]]; then
