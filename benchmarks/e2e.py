@@ -71,9 +71,9 @@ def prefill_row(runtime, ids: list[int], mode: str, repeats: int = 1) -> dict:
             times.append(session.usage.prefill_s)
         except Exception as error:  # out of memory, or a shape the kernels refuse: reported in the row
             row["error"] = f"{type(error).__name__}: {error}"[:300]
-        del session
-        if "error" in row:
             break
+        finally:
+            del session
     if "error" not in row:
         median = statistics.median(times)
         row.update({

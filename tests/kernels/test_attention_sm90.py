@@ -119,13 +119,13 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
         return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, 0,
                                    attention_sm90.LOOPS.get(loop, loop), block_n, 1, None)
 
-    assert entry(64, "overlap", 0) == -2
+    assert entry(64, "overlap", 176) == -2
     assert entry(128, "overlap", 130) == -2
     assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles run the overlapped loop only
     assert entry(256, "overlap", 128) == -2
-    assert entry(128, 3, 0) == -2  # no such loop
-    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 0), (128, "overlap", 176), (256, "serial", 80),
-                             (128, "chain", 128), (256, "chain", 0)]:
+    assert entry(128, 3, 176) == -2  # no such loop
+    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80),
+                             (128, "chain", 128), (256, "chain", 80)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
 
 

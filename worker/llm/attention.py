@@ -101,7 +101,8 @@ def quantized_prefill(cache: Cache) -> Iterator[None]:
     layer i take the cached K/V in FP8 from `cache.layers[i].quantized_kv()`, so that each chunk quantizes its
     queries and only the keys new since the last chunk instead of the whole cache. `cache` must be the cache the
     forward updates; a cache other than a PreallocatedCache (a DynamicCache) keeps no FP8 mirror, and attention
-    then quantizes the K/V it is handed, as without this context. Like `static_decode`, it holds one cache for the process."""
+    then quantizes the K/V it is handed, as without this context. Like `static_decode`, it holds one cache for the
+    process."""
     global _quantized_cache
     _quantized_cache = cache if isinstance(cache, PreallocatedCache) else None
     try:

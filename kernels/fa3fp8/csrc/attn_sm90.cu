@@ -660,10 +660,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    bool q_released = false;
+    // Q may be overwritten once every Q·Kᵀ of this work tile is done (CHAIN: right after the last one)
     auto release_q = [&]() {
-      if (!q_released && lane == 0) mbar_arrive(&sm.q_empty);
-      q_released = true;
+      if (lane == 0) mbar_arrive(&sm.q_empty);
     };
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
     auto store_output = [&]() {
@@ -769,9 +768,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue (CHAIN:
-    // released right after the last Q·Kᵀ already)
-    release_q();
+    // the producer may load the next work tile's Q during the epilogue (CHAIN released it in the loop)
+    if (LOOP != CHAIN || n_tiles == 0) release_q();
     if (!chained) store_output();
     tiles += n_tiles;
     ++items;
@@ -941,18 +939,17 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// block_n: keys per K/V tile, 0 for the head dim's default (176 at d128, 80 at d256), or 128 at d128 (OVERLAP or
-// CHAIN).
+// block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP or CHAIN).
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
                     void* stream) {
   if (d != 128 && d != 256) return -2;
-  if (block_n == 0) block_n = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
-  if (loop != SERIAL && loop != OVERLAP && loop != CHAIN) return -2;
   const bool narrow = d == 128 && block_n == 128 && loop != SERIAL;
-  if (!narrow && block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256)) return -2;
+  if ((loop != SERIAL && loop != OVERLAP && loop != CHAIN) ||
+      (block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256) && !narrow))
+    return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
