@@ -348,7 +348,8 @@ def kernel_cases(args):
         for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
             for seqlen in args.seqlens:
                 batch, heads = shape_for(seqlen, d)
-                cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)]
+                cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)
+                          if causal or not args.causal_only]
     if args.prefill_shape:
         seqlen, heads, kv_heads, d = PREFILL_SHAPE
         cases += [(True, d, True, seqlen, 1, heads, kv_heads)] if "fp8" in args.dtypes else []
@@ -371,13 +372,19 @@ def kernels(args):
         cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
-        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)]
+        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)
+                 and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
         if fp8:
             try:
-                runners["cudnn-fp8"] = cudnn_fp8_runner(q, k, v, causal)
+                peer = cudnn_fp8_runner(q, k, v, causal)
             except Exception as exc:
-                print(f"cudnn-fp8 unavailable at d{d}: {exc}", file=sys.stderr)
+                peer = None
+                print(f"cudnn-fp8 failed at d{d}: {exc}", file=sys.stderr)
+            if peer is None:
+                print("cudnn-fp8: no row (the cudnn frontend is not importable or failed)", file=sys.stderr)
+            else:
+                runners["cudnn-fp8"] = peer
         else:
             runners["sdpa-cudnn"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
             runners["sdpa-flash"] = sdpa_runner("sdpa-flash", q, k, v, causal)
@@ -389,7 +396,7 @@ def kernels(args):
             table.append(f"check {dtype} d{d} {'causal' if causal else 'full'} {name}: rel err vs fp64 "
                          f"{err:.2e}, rel diff to triton {diff:.2e}")
         timings = {name: [] for name in runners}
-        for _ in range(ROUNDS):
+        for _ in range(args.rounds):
             for name, fn in runners.items():
                 timings[name].append(flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9)
         for name, runs in timings.items():
@@ -404,7 +411,7 @@ def kernels(args):
         torch.cuda.empty_cache()
     os.environ.pop("FA3FP8_KERNEL")
     stem = f"attention-kernels-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": ROUNDS, "rows": rows}, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "rows": rows}, indent=1))
     plot_kernels(rows, out / f"{stem}.png")
     print("\n".join(t for t in table if not t.startswith("check")))
 
@@ -451,6 +458,10 @@ def main():
                         help="kernels: bf16 and/or fp8, comma-separated")
     parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[16384],
                         help="kernels: sequence lengths, comma-separated")
+    parser.add_argument("--causal-only", action="store_true", help="kernels: causal cases only")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="kernels: interleaved rounds per shape")
+    parser.add_argument("--impls", type=lambda s: s.split(","), default=None,
+                        help="kernels: time only these KERNELS rows (and the Triton kernel, the baseline)")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     {"bench": bench, "sweep": sweep, "kernels": kernels}[args.mode](args)
