@@ -293,15 +293,13 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
-    ("cuda-chain", False): {"loop": "chain"},
-    ("cuda-chain-128", False): {"loop": "chain", "block_n": 128},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
     ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only (D128_ONLY)
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
 }
-D128_ONLY = ("cuda-overlap-128", "cuda-chain-128", "cuda-serial-3wg", "cuda-serial-256")
+D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best

@@ -190,18 +190,19 @@ def seq_bucket(max_seqlen: int) -> int:
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
-    v_permuted=False,
+    v_permuted=False, max_seqlen_k=None,
 ):
     """Launch the forward kernel on packed tensors. BF16/FP16: q (Tq, H, D), k/v (Tk, Hkv, D). FP8 (when scales
     are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N); with `v_permuted` (V's keys
     in the CUDA kernel's order) the CUDA kernel runs, else this one. Returns out (Tq, H, D) and lse (H, Tq) fp32,
-    and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning."""
+    and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning; `max_seqlen_k`
+    (the longest sequence's keys, when known) picks the CUDA kernel's tile width."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
-    best = attention_sm90.best_settings(d, is_fp8, causal)
+    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k)
     if choice == "auto":
         choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)

@@ -5,9 +5,9 @@ One persistent CTA per SM loops over work tiles (128 or 192 query rows of one se
 per work tile, as their lengths differ): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
 (or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial"
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
-tile j runs while the tensor cores work ("chain", BF16/FP16: the next work tile's first Q·Kᵀ too). FP8 takes the
-quantized bundle of `quantize_qkv` (128-key K/V quantization blocks, 64- or 128-row Q blocks, V key-permuted) and
-reads K/V tiles of one or two blocks (`block_n`); BF16/FP16 take packed Q, K, V as they are.
+tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
+blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
+take packed Q, K, V as they are.
 """
 
 import torch
@@ -19,9 +19,13 @@ KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
-# leave 176-key tiles a large masked remainder; not yet timed on a GPU)
+# leave 176-key tiles a large masked remainder)
 BLOCK_N_16BIT = {128: (176, 128), 256: (80,)}
-LOOPS = {"serial": 0, "overlap": 1, "chain": 2}  # csrc/attn_sm90.cu's Loop ("chain": BF16/FP16 only, not yet timed)
+# BF16/FP16 d128, causal: 128-key tiles up to this many keys per sequence. H200, session 9, causal S4K in three runs:
+# 488-503 TFLOPS against 473-485 with 176-key tiles (4096 keys are 24 tiles of 176, 3.1% of them padding); at S16K
+# -5% to +1.5%, at S64K -1%; without a causal mask level at S4K. 8K itself was not timed.
+NARROW_CAUSAL_MAX_KEYS = 8192
+LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
 # 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
@@ -42,9 +46,12 @@ FASTER = {
 }
 
 
-def best_settings(d: int, fp8: bool, causal: bool) -> dict | None:
-    """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None."""
-    return FASTER.get((d, fp8, bool(causal)))
+def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None) -> dict | None:
+    """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; BF16/FP16
+    d128 causal attention over at most NARROW_CAUSAL_MAX_KEYS keys per sequence takes 128-key tiles."""
+    settings = FASTER.get((d, fp8, bool(causal)))
+    narrow = not fp8 and causal and d == 128 and max_seqlen_k is not None and max_seqlen_k <= NARROW_CAUSAL_MAX_KEYS
+    return {**settings, "block_n": 128} if settings is not None and narrow else settings
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -128,7 +135,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
                        block_n=None):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
-    first; d128's 128 runs the overlapped loops only). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    first; d128's 128 runs the overlapped loop only). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n

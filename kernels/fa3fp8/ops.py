@@ -46,7 +46,7 @@ def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
 
         out, lse, _ = attention_fwd(
             q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-            softmax_scale, causal,
+            softmax_scale, causal, max_seqlen_k=max_seqlen_k,
         )
         return out, lse
     out, lse = attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal)

@@ -31,8 +31,8 @@ def ptxas_report(tmp_path_factory):
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128
-    # 128-key tiles overlapped) x causal, and the chained loop (non-causal) at those three tile shapes
-    assert len(ptxas_report) == 24 + 16 + 4 + 6
+    # 128-key tiles overlapped) x causal
+    assert len(ptxas_report) == 24 + 16 + 4
 
 
 TEMPLATE = re.compile(
@@ -77,12 +77,22 @@ def test_auto_settings_are_variants_the_library_builds():
     for (d, fp8, causal), settings in attention_sm90.FASTER.items():
         assert d in attention_sm90.HEAD_DIMS
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
-        assert loop in attention_sm90.LOOPS and not (fp8 and loop == "chain")  # chain: 16-bit only
+        assert loop in attention_sm90.LOOPS
         block_n = settings.get("block_n", 128)
         assert block_n in attention_sm90.FP8_BLOCK_N and (block_n == 128 or (fp8 and d == 128 and loop == "serial"))
         if settings.get("consumers", 2) == 3:
             assert fp8 and d == 128 and loop == "serial" and block_n == 128
     assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
+
+
+def test_short_causal_bf16_d128_takes_128_key_tiles():
+    limit = attention_sm90.NARROW_CAUSAL_MAX_KEYS
+    assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128
+    assert attention_sm90.best_settings(128, False, True, limit)["block_n"] == 128
+    for d, fp8, causal, keys in [(128, False, True, limit + 1), (128, False, False, 4096), (128, False, True, None),
+                                 (256, False, True, 4096), (128, True, True, 4096)]:
+        assert "block_n" not in attention_sm90.best_settings(d, fp8, causal, keys), (d, fp8, causal, keys)
+    assert 128 in attention_sm90.BLOCK_N_16BIT[128]
 
 
 def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
@@ -123,9 +133,8 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     assert entry(128, "overlap", 130) == -2
     assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles run the overlapped loop only
     assert entry(256, "overlap", 128) == -2
-    assert entry(128, 3, 176) == -2  # no such loop
-    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80),
-                             (128, "chain", 128), (256, "chain", 80)]:
+    assert entry(128, 2, 176) == -2  # no such loop
+    for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
 
 
@@ -145,7 +154,7 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     # end; causal, one CTA per work tile
     ([4000, 3000, 129, 1], [4000, 3000, 129, 1], 16, 4, 128, True),
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
-    ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys between chained work tiles
+    ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys among a CTA's work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
 ]
 
@@ -201,9 +210,8 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128), ("chain", None),
-                                          ("chain", 128)],
-                         ids=["serial", "overlap", "overlap-128", "chain", "chain-128"])
+@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128)],
+                         ids=["serial", "overlap", "overlap-128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"

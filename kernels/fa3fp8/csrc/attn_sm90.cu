@@ -13,7 +13,7 @@
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 8.
+// Engineering log: kernels/NOTES.md, sessions 3 to 9.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -54,10 +54,8 @@ using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
-// softmax(j) under that P·V; CHAIN is OVERLAP run on across a CTA's work tiles: the next work tile's first Q·Kᵀ is
-// issued with the current one's last P·V and runs under its epilogue (Q is released after the last Q·Kᵀ, so the
-// producer loads the next Q meanwhile). Only persistent launches (no causal mask) give a CTA several work tiles.
-enum Loop { SERIAL = 0, OVERLAP = 1, CHAIN = 2 };
+// softmax(j) under that P·V.
+enum Loop { SERIAL = 0, OVERLAP = 1 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
 // q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
@@ -550,8 +548,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  bool primed = false;  // CHAIN: this work tile's first Q·Kᵀ was issued, waited for and its K released already
-  float s_acc[S_REGS];  // scores; CHAIN hands the next work tile's first ones over from the end of the current one
   for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
@@ -576,6 +572,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    float s_acc[S_REGS];
     uint32_t pa[P_REGS];
     float alpha[2];
     bool moved;
@@ -660,73 +657,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    // Q may be overwritten once every Q·Kᵀ of this work tile is done (CHAIN: right after the last one)
-    auto release_q = [&]() {
-      if (lane == 0) mbar_arrive(&sm.q_empty);
-    };
-    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
-    auto store_output = [&]() {
-      const int tq = lane % 4;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float l = st.l[i];
-        l += __shfl_xor_sync(0xffffffff, l, 1);
-        l += __shfl_xor_sync(0xffffffff, l, 2);
-        const int row = row0 + 8 * i;
-        const float inv = l == 0.f ? 0.f : v_max / l;
-        if (row < t.seqlen_q) {
-          OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
-#pragma unroll
-          for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-            for (int c8 = 0; c8 < 16; ++c8) {
-              const int col = nb * 128 + c8 * 8 + 2 * tq;
-              *reinterpret_cast<uint32_t*>(out + col) =
-                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-            }
-          if (tq == 0)
-            p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
-                (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
-        }
-      }
-    };
-    // CHAIN: the next work tile this CTA takes, when it and this one both read keys
-    bool chained = false;
-    if constexpr (LOOP == CHAIN) {
-      WorkTile next;
-      int w_next = w + gridDim.x;
-      while (w_next < p.work_tiles && !work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w_next, next)) w_next += gridDim.x;
-      chained = n_tiles > 0 && w_next < p.work_tiles && next.n_tiles > 0;
-    }
-    // CHAIN's last step: P·V(last), then, once the next work tile's Q and first K (ring slot n_tiles on) are in, its
-    // Q·Kᵀ(0); this tile's output is written while that Q·Kᵀ runs
-    auto pv_last_with_next_qk = [&]() {
-      const int j = n_tiles - 1;
-      mbar_wait(&sm.v_full[slot(j)], phase(j));
-      wait_o();
-      wgmma_fence();
-      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
-      wgmma_commit();
-      mbar_wait(&sm.q_full, (items + 1) & 1);
-      mbar_wait(&sm.k_full[slot(j + 1)], phase(j + 1));
-      wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j + 1)]);
-      wgmma_commit();
-      wgmma_wait<1>();  // P·V(last) done
-      wait_o();
-      release(sm.v_empty, j);
-      store_output();
-      wgmma_wait<0>();
-      wait_s();
-      release(sm.k_empty, j + 1);
-    };
-
-    if (LOOP == OVERLAP || LOOP == CHAIN) {
+    if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
-        if (!primed) qk_alone(0);
-        if (LOOP == CHAIN && n_tiles == 1) release_q();
+        qk_alone(0);
         softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
@@ -745,7 +680,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
         release(sm.k_empty, j);
-        if (LOOP == CHAIN && j == n_tiles - 1) release_q();
         softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
@@ -753,10 +687,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (chained)
-        pv_last_with_next_qk();
-      else if (n_tiles > 0)
-        pv_alone(n_tiles - 1);
+      if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
@@ -768,12 +699,35 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    // the producer may load the next work tile's Q during the epilogue (CHAIN released it in the loop)
-    if (LOOP != CHAIN || n_tiles == 0) release_q();
-    if (!chained) store_output();
+    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue
+    if (lane == 0) mbar_arrive(&sm.q_empty);
+
+    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
+    const int tq = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = st.l[i];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      const int row = row0 + 8 * i;
+      const float inv = l == 0.f ? 0.f : v_max / l;
+      if (row < t.seqlen_q) {
+        OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
+#pragma unroll
+        for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+          for (int c8 = 0; c8 < 16; ++c8) {
+            const int col = nb * 128 + c8 * 8 + 2 * tq;
+            *reinterpret_cast<uint32_t*>(out + col) =
+                pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+          }
+        if (tq == 0)
+          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
+              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+      }
+    }
     tiles += n_tiles;
     ++items;
-    primed = chained;
   }
 }
 
@@ -854,14 +808,6 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   return static_cast<cudaError_t>(-2);
 }
 
-// CHAIN (16-bit, two consumers, 2 stages): a causal launch gives each CTA one work tile (see launch), so it runs
-// OVERLAP, with nothing to chain
-template <class E, int D, int BLOCK_N, typename OutT>
-cudaError_t launch_chain(bool causal, const Launch& l) {
-  return causal ? launch<E, D, BLOCK_N, 2, 2, true, OVERLAP, OutT>(l)
-                : launch<E, D, BLOCK_N, 2, 2, false, CHAIN, OutT>(l);
-}
-
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
@@ -883,15 +829,11 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
 // 44 KB, 64 + 2 x 2 x 40 KB). On the H200 they ran 2-6% faster than 64-key tiles at d256 and level to 3% faster than
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
-// lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding). block_n is a
-// supported width (checked by the caller).
+// lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
+// there on the H200). block_n is a supported width (checked by the caller).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
   using Out = typename E::Out;
-  if (loop == CHAIN)
-    return d == 256       ? launch_chain<E, 256, BLOCK_N_16BIT_D256, Out>(causal, l)
-           : block_n == 128 ? launch_chain<E, 128, 128, Out>(causal, l)
-                            : launch_chain<E, 128, BLOCK_N_16BIT_D128, Out>(causal, l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -939,15 +881,15 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP or CHAIN).
+// block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP).
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
                     void* stream) {
   if (d != 128 && d != 256) return -2;
-  const bool narrow = d == 128 && block_n == 128 && loop != SERIAL;
-  if ((loop != SERIAL && loop != OVERLAP && loop != CHAIN) ||
+  const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
+  if ((loop != SERIAL && loop != OVERLAP) ||
       (block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256) && !narrow))
     return -2;
   Launch l;
