@@ -293,6 +293,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
+    ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},  # no causal mask (FULL_ONLY)
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
@@ -300,6 +301,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
 }
 D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256")
+FULL_ONLY = ("cuda-overlap-pairs",)
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
@@ -371,7 +373,7 @@ def kernels(args):
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
         names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)
-                 and (n == "triton" or args.impls is None or n in args.impls)]
+                 and not (causal and n in FULL_ONLY) and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
         if fp8:
             try:

@@ -25,6 +25,10 @@ BLOCK_N_16BIT = {128: (176, 128), 256: (80,)}
 # 488-503 TFLOPS against 473-485 with 176-key tiles (4096 keys are 24 tiles of 176, 3.1% of them padding); at S16K
 # -5% to +1.5%, at S64K -1%; without a causal mask level at S4K. 8K itself was not timed.
 NARROW_CAUSAL_MAX_KEYS = 8192
+# BF16/FP16 CTAs per cluster without a causal mask: 2 runs adjacent row blocks as a pair that loads each K/V tile
+# once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way). Built and
+# spill-free, not yet run on a GPU: 1 until it is timed.
+CLUSTER_16BIT = 1
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -99,7 +103,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop or block_n"
+        message = "unsupported head dim, consumer count, loop, block_n or cluster"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -132,13 +136,17 @@ def attention_fp8_fwd_sm90(
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       block_n=None):
+                       block_n=None, cluster=None):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
-    first; d128's 128 runs the overlapped loop only). Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
+    the default tiles without a causal mask; None: CLUSTER_16BIT where that holds, else 1). Returns out (Tq, H, D) in
+    q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
+    if cluster is None:
+        cluster = CLUSTER_16BIT if not causal and loop == "overlap" and block_n == BLOCK_N_16BIT[d][0] else 1
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
@@ -148,6 +156,6 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), torch.cuda.current_stream(q.device).cuda_stream,
+        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -31,8 +31,8 @@ def ptxas_report(tmp_path_factory):
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128
-    # 128-key tiles overlapped) x causal
-    assert len(ptxas_report) == 24 + 16 + 4
+    # 128-key tiles overlapped) x causal, and pairs of CTAs (dtype x head dim, overlapped, non-causal)
+    assert len(ptxas_report) == 24 + 16 + 4 + 4
 
 
 TEMPLATE = re.compile(
@@ -54,8 +54,9 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal
-    assert checked == 8 + 12
+    # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal,
+    # and the pairs of CTAs (2 dtypes x 2 head dims)
+    assert checked == 8 + 12 + 4
 
 
 @needs_nvcc
@@ -125,17 +126,23 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     lib = cuda_build.load()
     misaligned_q = 8
 
-    def entry(d, loop, block_n):
-        return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, 0,
-                                   attention_sm90.LOOPS.get(loop, loop), block_n, 1, None)
+    def entry(d, loop, block_n, cluster=1, causal=0):
+        return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, causal,
+                                   attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, None)
 
     assert entry(64, "overlap", 176) == -2
     assert entry(128, "overlap", 130) == -2
     assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles run the overlapped loop only
     assert entry(256, "overlap", 128) == -2
     assert entry(128, 2, 176) == -2  # no such loop
+    assert entry(128, "overlap", 176, cluster=3) == -2
+    assert entry(128, "overlap", 176, cluster=2, causal=1) == -2  # pairs read the same keys: no causal mask
+    assert entry(128, "serial", 176, cluster=2) == -2
+    assert entry(128, "overlap", 128, cluster=2) == -2
     for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
+    for d, block_n in [(128, 176), (256, 80)]:
+        assert entry(d, "overlap", block_n, cluster=2) == -1, d
 
 
 # ------------------------------------------------------------------------------------------ on the GPU
@@ -210,15 +217,18 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,block_n", [("serial", None), ("overlap", None), ("overlap", 128)],
-                         ids=["serial", "overlap", "overlap-128"])
+@pytest.mark.parametrize("loop,block_n,cluster", [("serial", None, 1), ("overlap", None, 1), ("overlap", 128, 1),
+                                                  ("overlap", None, 2)],
+                         ids=["serial", "overlap", "overlap-128", "overlap-pairs"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, block_n):
+def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, block_n, cluster):
     if block_n is not None and block_n not in attention_sm90.BLOCK_N_16BIT[d]:
         pytest.skip(f"no {block_n}-key tiles at d{d}")
+    if cluster == 2 and causal:
+        pytest.skip("pairs of CTAs run without a causal mask")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -227,7 +237,7 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     scale = d**-0.5
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
-                                                 block_n=block_n)
+                                                 block_n=block_n, cluster=cluster)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)
     assert out.dtype == dtype and torch.isfinite(out).all()

@@ -135,6 +135,36 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
+// the same copy into the same offset of every CTA in `cta_mask` (of the cluster); each CTA's barrier at `bar`'s offset
+// counts the bytes that land in it
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
+                                                   uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+
+// arrive on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
+      ::"r"(smem_addr(bar)), "r"(cta)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
 // wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels: rows step by 128 B
 // inside groups of 8, groups by 1024 B (the stride byte offset). K-major operands (rows along M/N, 128 B of K per
 // row) leave the leading byte offset unused; MN-major ones (rows along K, 128 B of M/N per row) step from one
@@ -443,8 +473,10 @@ struct WorkTile {
 };
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
-// once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen)
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL>
+// once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
+// two CTAs takes row blocks 2i and 2i+1 of one sequence and head, which read the same K/V tiles: both run when the
+// first has rows (the second's rows past the end are computed and not stored).
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER>
 __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
   const int m_blk = CAUSAL ? p.m_blocks - 1 - rank : rank;
@@ -454,7 +486,7 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   t.q_start = p.cu_q[t.b];
   t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
   t.m0 = m_blk * BLOCK_M;
-  if (t.m0 >= t.seqlen_q) return false;
+  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q) return false;
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
   t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
@@ -465,10 +497,13 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
 }
 
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
+// CLUSTER 2 (16-bit, no causal mask): two CTAs of a cluster run adjacent row blocks in step, and each loads half of
+// every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free again when the
+// consumers of both CTAs have released it.
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
 // across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
 // P·V and the epilogue of the current one.
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const Params p) {
@@ -480,6 +515,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !E::FP8 && !CAUSAL && BLOCK_N % 16 == 0),
+                "pairs of CTAs: 16-bit, no causal mask, half tiles of whole 8-row swizzle groups");
+  constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
   constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
   using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
@@ -491,12 +529,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.k_empty[s], 4 * CONSUMERS);
-      mbar_init(&sm.v_empty[s], 4 * CONSUMERS);
+      mbar_init(&sm.k_empty[s], 4 * CONSUMERS * CLUSTER);  // every consumer warp of the cluster
+      mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  if constexpr (CLUSTER == 2) cluster_sync();  // the peer's barriers exist before anything lands in them
+  const uint32_t rank = CLUSTER == 2 ? cluster_rank() : 0;
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -506,7 +546,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
     for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
       WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER>(p, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -519,10 +559,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         const int g = tiles + j, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
         if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
-        mbar_expect_tx(&sm.k_full[s], TILE_BYTES);
-        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-          tma_load(sm.k[s] + pn * BLOCK_N * PANEL, &map_k, t.hk * ROW_BYTES + pn * PANEL, t.k_start + j * BLOCK_N,
-                   &sm.k_full[s]);
+        mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
+        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
+          uint8_t* dst = sm.k[s] + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
+          const int row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
+          if constexpr (CLUSTER == 2)
+            tma_load_multicast(dst, &map_k, t.hk * ROW_BYTES + pn * PANEL, row, &sm.k_full[s], 0b11);
+          else
+            tma_load(dst, &map_k, t.hk * ROW_BYTES + pn * PANEL, row, &sm.k_full[s]);
+        }
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
         if constexpr (E::FP8) {
@@ -530,13 +575,26 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             tma_load(sm.v[s] + pn * D * PANEL, &map_v, min(vcol + (j * SB + pn) * KV_BLOCK, vcol_last), t.hk * D,
                      &sm.v_full[s]);
         } else {
-          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-            tma_load(sm.v[s] + pn * BLOCK_N * PANEL, &map_v, t.hk * ROW_BYTES + pn * PANEL,
-                     t.k_start + j * BLOCK_N, &sm.v_full[s]);
+          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
+            uint8_t* dst = sm.v[s] + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
+            const int row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
+            if constexpr (CLUSTER == 2)
+              tma_load_multicast(dst, &map_v, t.hk * ROW_BYTES + pn * PANEL, row, &sm.v_full[s], 0b11);
+            else
+              tma_load(dst, &map_v, t.hk * ROW_BYTES + pn * PANEL, row, &sm.v_full[s]);
+          }
         }
       }
       tiles += t.n_tiles;
       ++items;
+    }
+    if constexpr (CLUSTER == 2) {
+      // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
+      // peer's multicast copies into this CTA are all consumed by then
+      for (int g = max(tiles - STAGES, 0); g < tiles; ++g) {
+        mbar_wait(&sm.k_empty[g % STAGES], (g / STAGES) & 1);
+        mbar_wait(&sm.v_empty[g % STAGES], (g / STAGES) & 1);
+      }
     }
     return;
   }
@@ -550,7 +608,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   int tiles = 0, items = 0;
   for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL>(p, w, t)) continue;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER>(p, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -628,7 +686,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto slot = [&](int j) { return (tiles + j) % STAGES; };
     auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
     auto release = [&](uint64_t* empty, int j) {
-      if (lane == 0) mbar_arrive(&empty[slot(j)]);
+      if (lane == 0) {
+        mbar_arrive(&empty[slot(j)]);
+        if constexpr (CLUSTER == 2) mbar_arrive_cluster(&empty[slot(j)], rank ^ 1);
+      }
     };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
@@ -768,15 +829,16 @@ struct Launch {
   cudaStream_t stream;
 };
 
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT>
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
+          int CLUSTER = 1>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
-  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT>;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER>;
   const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
-  p.m_blocks = (l.max_seqlen_q + BLOCK_M - 1) / BLOCK_M;
+  p.m_blocks = (l.max_seqlen_q + BLOCK_M * CLUSTER - 1) / (BLOCK_M * CLUSTER) * CLUSTER;  // pairs within a head
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
@@ -792,8 +854,27 @@ cudaError_t launch(const Launch& l) {
       return err;
     grid = min(grid, sms);
   }
-  kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
-  return cudaGetLastError();
+  if constexpr (CLUSTER == 1) {
+    kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
+    return cudaGetLastError();
+  } else {
+    // as many pairs as can be resident at once (a GPC with an odd number of free SMs leaves one out)
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.blockDim = dim3(128 * (CONSUMERS + 1));
+    config.gridDim = dim3(grid);
+    config.dynamicSmemBytes = smem;
+    config.stream = l.stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int pairs;
+    if ((err = cudaOccupancyMaxActiveClusters(&pairs, kernel, &config)) != cudaSuccess) return err;
+    if (pairs == 0) return cudaErrorInvalidConfiguration;
+    config.gridDim = dim3(min(grid / CLUSTER, pairs) * CLUSTER);
+    return cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p);
+  }
 }
 
 // the causal flag and the loop as template arguments; an unknown loop gives -2
@@ -830,10 +911,14 @@ cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
 // 44 KB, 64 + 2 x 2 x 40 KB). On the H200 they ran 2-6% faster than 64-key tiles at d256 and level to 3% faster than
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
-// there on the H200). block_n is a supported width (checked by the caller).
+// there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
+// through multicast, the overlapped loop on the default tiles without a causal mask (checked by the caller).
 template <class E>
-cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, const Launch& l) {
+cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, const Launch& l) {
   using Out = typename E::Out;
+  if (cluster == 2)
+    return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
+                    : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -881,21 +966,22 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP).
-// Returns as above.
+// block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask). Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
+                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16, int cluster,
                     void* stream) {
   if (d != 128 && d != 256) return -2;
+  const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
-  if ((loop != SERIAL && loop != OVERLAP) ||
-      (block_n != (d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256) && !narrow))
+  if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
+      (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
-      !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n) ||
-      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n))
+      !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
+      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster))
     return -1;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
@@ -903,8 +989,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, l)
-                               : launch_16bit<FP16>(d, block_n, c, loop, l));
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, l)
+                               : launch_16bit<FP16>(d, block_n, c, loop, cluster, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
