@@ -555,19 +555,24 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK : 0;
       const int vcol_last = E::FP8 ? (p.cu_bk[t.b + 1] - 1) * KV_BLOCK : 0;
+      // this CTA's rows of K/V tile j (keys x D) into `tile`: all of them, or with CLUSTER 2 its half, copied into
+      // both CTAs of the pair
+      auto load_rows = [&](uint8_t* tile, const CUtensorMap* map, uint64_t* full, int j) {
+        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
+          uint8_t* dst = tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
+          const int col = t.hk * ROW_BYTES + pn * PANEL, row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
+          if constexpr (CLUSTER == 2)
+            tma_load_multicast(dst, map, col, row, full, 0b11);
+          else
+            tma_load(dst, map, col, row, full);
+        }
+      };
       for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
         if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
         mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
-        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
-          uint8_t* dst = sm.k[s] + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
-          const int row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
-          if constexpr (CLUSTER == 2)
-            tma_load_multicast(dst, &map_k, t.hk * ROW_BYTES + pn * PANEL, row, &sm.k_full[s], 0b11);
-          else
-            tma_load(dst, &map_k, t.hk * ROW_BYTES + pn * PANEL, row, &sm.k_full[s]);
-        }
+        load_rows(sm.k[s], &map_k, &sm.k_full[s], j);
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
         if constexpr (E::FP8) {
@@ -575,14 +580,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             tma_load(sm.v[s] + pn * D * PANEL, &map_v, min(vcol + (j * SB + pn) * KV_BLOCK, vcol_last), t.hk * D,
                      &sm.v_full[s]);
         } else {
-          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
-            uint8_t* dst = sm.v[s] + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
-            const int row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
-            if constexpr (CLUSTER == 2)
-              tma_load_multicast(dst, &map_v, t.hk * ROW_BYTES + pn * PANEL, row, &sm.v_full[s], 0b11);
-            else
-              tma_load(dst, &map_v, t.hk * ROW_BYTES + pn * PANEL, row, &sm.v_full[s]);
-          }
+          load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
       }
       tiles += t.n_tiles;
