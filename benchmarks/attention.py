@@ -106,6 +106,18 @@ def cudnn_fp8_runner(q, k, v, causal):
     return lambda: graph.execute(pack, workspace, handle=handle)
 
 
+def cudnn_fp8_peer(q, k, v, causal, where):
+    """cudnn_fp8_runner's runner, or None with the reason on stderr (no cudnn frontend, or a plan it cannot build)."""
+    try:
+        runner = cudnn_fp8_runner(q, k, v, causal)
+    except Exception as exc:
+        print(f"cudnn-fp8 unavailable at {where}: {exc}", file=sys.stderr)
+        return None
+    if runner is None:
+        print(f"cudnn-fp8 unavailable at {where}: the cudnn frontend is not importable", file=sys.stderr)
+    return runner
+
+
 def bench(args):
     rows, table = [], []
     seqlens = (1024, 16384) if args.quick else SEQLENS
@@ -127,11 +139,7 @@ def bench(args):
                     ("sdpa-cudnn", "bf16"): sdpa_runner("sdpa-cudnn", q, k, v, causal),
                     ("sdpa-flash", "bf16"): sdpa_runner("sdpa-flash", q, k, v, causal),
                 }
-                try:
-                    runner = cudnn_fp8_runner(q, k, v, causal)
-                except Exception as exc:  # a plan the frontend cannot build: report it and go on without it
-                    print(f"cudnn-fp8 unavailable at d{d} S{seqlen}: {exc}", file=sys.stderr)
-                    runner = None
+                runner = cudnn_fp8_peer(q, k, v, causal, f"d{d} S{seqlen}")
                 if runner is not None:
                     runners[("cudnn-fp8", "fp8")] = runner
                 # correctness spot check against cuDNN before timing
@@ -376,14 +384,8 @@ def kernels(args):
                  and not (causal and n in FULL_ONLY) and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
         if fp8:
-            try:
-                peer = cudnn_fp8_runner(q, k, v, causal)
-            except Exception as exc:
-                peer = None
-                print(f"cudnn-fp8 failed at d{d}: {exc}", file=sys.stderr)
-            if peer is None:
-                print("cudnn-fp8: no row (the cudnn frontend is not importable or failed)", file=sys.stderr)
-            else:
+            peer = cudnn_fp8_peer(q, k, v, causal, f"d{d} S{seqlen}")
+            if peer is not None:
                 runners["cudnn-fp8"] = peer
         else:
             runners["sdpa-cudnn"] = sdpa_runner("sdpa-cudnn", q, k, v, causal)
