@@ -296,7 +296,7 @@ def launcher(q, k, v, causal, fp8, cfg):
     return lambda: attention_fwd(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal, config=cfg)
 
 
-KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton kernel)
+KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton kernel); cluster 1 unless named
     ("triton", False): None,
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
@@ -307,9 +307,11 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial", True): {"loop": "serial"},
     ("cuda-serial-3wg", True): {"loop": "serial", "consumers": 3},  # d128 only (D128_ONLY)
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
+    ("cuda-overlap-pairs", True): {"loop": "overlap", "cluster": 2},
+    ("cuda-serial-3wg-pairs", True): {"loop": "serial", "consumers": 3, "cluster": 2},
 }
-D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256")
-FULL_ONLY = ("cuda-overlap-pairs",)
+D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256", "cuda-serial-3wg-pairs")
+FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
@@ -333,6 +335,8 @@ def kernel_runner(name, fp8, q, k, v, bundles, causal):
     d = q.shape[-1]
     scale = d**-0.5
     extra = KERNELS[(name, fp8)]
+    if extra is not None:
+        extra = {"cluster": 1, **extra}
     if fp8:
         b = bundles["triton" if extra is None else "cuda"]
         args = (b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,

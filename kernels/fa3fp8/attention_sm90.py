@@ -25,10 +25,14 @@ BLOCK_N_16BIT = {128: (176, 128), 256: (80,)}
 # 488-503 TFLOPS against 473-485 with 176-key tiles (4096 keys are 24 tiles of 176, 3.1% of them padding); at S16K
 # -5% to +1.5%, at S64K -1%; without a causal mask level at S4K. 8K itself was not timed.
 NARROW_CAUSAL_MAX_KEYS = 8192
-# BF16/FP16 CTAs per cluster without a causal mask: 2 runs adjacent row blocks as a pair that loads each K/V tile
-# once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way). Built and
-# spill-free, not yet run on a GPU: 1 until it is timed.
-CLUSTER_16BIT = 1
+# (head dim, fp8) -> CTAs per cluster without a causal mask, where the settings allow pairs (16-bit: the overlapped
+# loop on the default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row
+# blocks as a pair that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128
+# non-causal CTAs the same way). H200, session 10, TFLOPS, medians of 5 interleaved rounds at S 4K / 16K / 64K, pairs
+# against one CTA: BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against
+# 685 / 706 / 735 (80-key tiles in two stages: the pair's lockstep costs more than the traffic it saves); FP8 d128
+# three consumers 839 / 882 / 944 against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171.
+CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -56,6 +60,17 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     settings = FASTER.get((d, fp8, bool(causal)))
     narrow = not fp8 and causal and d == 128 and max_seqlen_k is not None and max_seqlen_k <= NARROW_CAUSAL_MAX_KEYS
     return {**settings, "block_n": 128} if settings is not None and narrow else settings
+
+
+def cluster_for(d: int, fp8: bool, causal: bool, loop: str, consumers: int, block_n: int) -> int:
+    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (no causal mask; 16-bit:
+    the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three in
+    order), else 1."""
+    if fp8:
+        pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
+    else:
+        pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
+    return CLUSTER[(d, fp8)] if pairs and not causal else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -112,14 +127,17 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
+    cluster=None,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
     head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
-    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N. Returns out (Tq, H, D) in out_dtype and lse (H, Tq)
-    fp32."""
+    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
+    without a causal mask, two consumers overlapped or three; None: cluster_for's choice). Returns out
+    (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
+    cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
@@ -130,7 +148,7 @@ def attention_fp8_fwd_sm90(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
-        int(out_dtype == torch.bfloat16), torch.cuda.current_stream(q8.device).cuda_stream,
+        int(out_dtype == torch.bfloat16), cluster, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
@@ -140,13 +158,12 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles without a causal mask; None: CLUSTER_16BIT where that holds, else 1). Returns out (Tq, H, D) in
+    the default tiles without a causal mask; None: cluster_for's choice). Returns out (Tq, H, D) in
     q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
-    if cluster is None:
-        cluster = CLUSTER_16BIT if not causal and loop == "overlap" and block_n == BLOCK_N_16BIT[d][0] else 1
+    cluster = cluster_for(d, False, causal, loop, 2, block_n) if cluster is None else cluster
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)

@@ -30,9 +30,10 @@ def ptxas_report(tmp_path_factory):
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
-    # d128 in order) x causal x output {bf16, fp16}; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128
-    # 128-key tiles overlapped) x causal, and pairs of CTAs (dtype x head dim, overlapped, non-causal)
-    assert len(ptxas_report) == 24 + 16 + 4 + 4
+    # d128 in order) x causal x output {bf16, fp16}, and pairs of CTAs (non-causal: 2 consumers overlapped at each
+    # head dim, 3 in order at d128) x output; BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles
+    # overlapped) x causal, and pairs of CTAs (dtype x head dim, overlapped, non-causal)
+    assert len(ptxas_report) == 24 + 6 + 16 + 4 + 4
 
 
 TEMPLATE = re.compile(
@@ -54,9 +55,9 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    # FP8: 2 head dims x causal x 2 output dtypes; 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal,
-    # and the pairs of CTAs (2 dtypes x 2 head dims)
-    assert checked == 8 + 12 + 4
+    # FP8: 2 head dims x causal x 2 output dtypes, and the pairs (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x
+    # (2 head dims + d128's 128-key tiles) x causal, and the pairs (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 + 12 + 4
 
 
 @needs_nvcc
@@ -64,6 +65,28 @@ def test_wgmma_is_not_serialized(ptxas_report):
     # ptxas waits after every wgmma when a non-wgmma instruction writes one of its operands while it is in flight
     for name, text in ptxas_report.items():
         assert "serialized" not in text, name
+
+
+@needs_nvcc
+def test_default_settings_launch_variants_the_library_builds():
+    # each default (FASTER's settings, the head dim's tiles, and cluster_for's pairs) gets as far as the tensor maps in
+    # the C entries (-1 on the misaligned q), never -2 (no such kernel)
+    lib = cuda_build.load()
+    for (d, fp8, causal), settings in attention_sm90.FASTER.items():
+        loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
+        consumers = settings.get("consumers", 2)
+        block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
+        cluster = attention_sm90.cluster_for(d, fp8, causal, loop, consumers, block_n)
+        loop_id = attention_sm90.LOOPS[loop]
+        if fp8:
+            code = lib.fa3fp8_attn_fp8_fwd(8, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0, int(causal),
+                                           loop_id, consumers, block_n, 1, cluster, None)
+        else:
+            code = lib.fa3fp8_attn_fwd(8, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, int(causal), loop_id, block_n,
+                                       1, cluster, None)
+        assert code == -1, (d, fp8, causal, cluster)
+    assert attention_sm90.cluster_for(128, False, True, "overlap", 2, 176) == 1  # causal: never pairs
+    assert attention_sm90.cluster_for(128, False, False, "overlap", 2, 128) == 1  # pairs take the default tiles
 
 
 def test_supported_blocks():
@@ -145,6 +168,32 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, "overlap", block_n, cluster=2) == -1, d
 
 
+@needs_nvcc
+def test_fp8_entry_point_checks_its_settings_before_any_launch():
+    """As above for the FP8 entry: -2 for settings it has no kernel for, -1 (the misaligned q8's tensor map) for
+    those it has."""
+    lib = cuda_build.load()
+    misaligned_q = 8
+
+    def entry(d, loop, consumers, block_n, cluster=1, causal=0):
+        return lib.fa3fp8_attn_fp8_fwd(misaligned_q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0,
+                                       causal, attention_sm90.LOOPS[loop], consumers, block_n, 1, cluster, None)
+
+    assert entry(64, "overlap", 2, 128) == -2
+    assert entry(256, "serial", 3, 128) == -2  # three consumers: d128 only
+    assert entry(128, "overlap", 3, 128) == -2  # three consumers in order only
+    assert entry(256, "serial", 2, 256) == -2  # 256-key tiles: d128 only
+    assert entry(128, "overlap", 2, 128, cluster=3) == -2
+    assert entry(128, "overlap", 2, 128, cluster=2, causal=1) == -2  # pairs read the same keys: no causal mask
+    assert entry(128, "serial", 2, 128, cluster=2) == -2  # two consumers pair in the overlapped loop only
+    assert entry(128, "serial", 2, 256, cluster=2) == -2
+    for d, loop, consumers, block_n in [(128, "overlap", 2, 128), (256, "serial", 2, 128), (128, "serial", 3, 128),
+                                        (128, "serial", 2, 256)]:
+        assert entry(d, loop, consumers, block_n) == -1, (d, loop, consumers, block_n)
+    for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
+        assert entry(d, loop, consumers, 128, cluster=2) == -1, (d, loop, consumers)
+
+
 # ------------------------------------------------------------------------------------------ on the GPU
 
 CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, causal
@@ -173,15 +222,18 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers,block_n",
-                         [("overlap", 2, 128), ("serial", 2, 128), ("serial", 3, 128), ("serial", 2, 256)],
-                         ids=["overlap", "serial", "serial-3wg", "serial-256"])
+@pytest.mark.parametrize("loop,consumers,block_n,cluster",
+                         [("overlap", 2, 128, 1), ("serial", 2, 128, 1), ("serial", 3, 128, 1), ("serial", 2, 256, 1),
+                          ("overlap", 2, 128, 2), ("serial", 3, 128, 2)],
+                         ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
-def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers, block_n):
+def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers, block_n, cluster):
     if (consumers == 3 or block_n == 256) and d != 128:
         pytest.skip("three consumer warpgroups and 256-key tiles exist at d128 only")
+    if cluster == 2 and causal:
+        pytest.skip("pairs of CTAs run without a causal mask")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -200,6 +252,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, k_scale, v_scale,
         b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers, block_n=block_n,
+        cluster=cluster,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)

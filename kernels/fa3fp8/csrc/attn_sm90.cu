@@ -497,8 +497,8 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
 }
 
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
-// CLUSTER 2 (16-bit, no causal mask): two CTAs of a cluster run adjacent row blocks in step, and each loads half of
-// every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free again when the
+// CLUSTER 2 (no causal mask): two CTAs of a cluster run adjacent row blocks in step, and each loads half of every
+// K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free again when the
 // consumers of both CTAs have released it.
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
 // across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
@@ -515,9 +515,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
-  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !E::FP8 && !CAUSAL && BLOCK_N % 16 == 0),
-                "pairs of CTAs: 16-bit, no causal mask, half tiles of whole 8-row swizzle groups");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CAUSAL && BLOCK_N % 16 == 0),
+                "pairs of CTAs: no causal mask, half tiles of whole 8-row swizzle groups");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
+  constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
   constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
   using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
@@ -555,17 +556,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK : 0;
       const int vcol_last = E::FP8 ? (p.cu_bk[t.b + 1] - 1) * KV_BLOCK : 0;
-      // this CTA's rows of K/V tile j (keys x D) into `tile`: all of them, or with CLUSTER 2 its half, copied into
-      // both CTAs of the pair
+      // one copy of this CTA's part of a K/V tile: with CLUSTER 2 into both CTAs of the pair
+      auto copy = [&](uint8_t* dst, const CUtensorMap* map, int col, int row, uint64_t* full) {
+        if constexpr (CLUSTER == 2)
+          tma_load_multicast(dst, map, col, row, full, 0b11);
+        else
+          tma_load(dst, map, col, row, full);
+      };
+      // this CTA's rows of K/V tile j (keys x D) into `tile`: all of them, or with CLUSTER 2 its half
       auto load_rows = [&](uint8_t* tile, const CUtensorMap* map, uint64_t* full, int j) {
-        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn) {
-          uint8_t* dst = tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL;
-          const int col = t.hk * ROW_BYTES + pn * PANEL, row = t.k_start + j * BLOCK_N + rank * HALF_ROWS;
-          if constexpr (CLUSTER == 2)
-            tma_load_multicast(dst, map, col, row, full, 0b11);
-          else
-            tma_load(dst, map, col, row, full);
-        }
+        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+          copy(tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL, map, t.hk * ROW_BYTES + pn * PANEL,
+               t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
       for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
@@ -576,9 +578,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
         if constexpr (E::FP8) {
-          for (int pn = 0; pn < SB; ++pn)  // one [D rows x 128 keys] panel per block
-            tma_load(sm.v[s] + pn * D * PANEL, &map_v, min(vcol + (j * SB + pn) * KV_BLOCK, vcol_last), t.hk * D,
-                     &sm.v_full[s]);
+          for (int pn = 0; pn < SB; ++pn)  // one [D rows x 128 keys] panel per block, or with CLUSTER 2 its half
+            copy(sm.v[s] + pn * D * PANEL + rank * HALF_D * PANEL, &map_v,
+                 min(vcol + (j * SB + pn) * KV_BLOCK, vcol_last), t.hk * D + rank * HALF_D, &sm.v_full[s]);
         } else {
           load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
@@ -890,17 +892,21 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
+// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles without a causal mask (checked by the
+// caller).
 template <int D, typename OutT>
-cudaError_t launch_fp8(bool causal, int loop, int block_n, const Launch& l) {
+cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, const Launch& l) {
+  if (cluster == 2) return launch<E4M3, D, 128, D == 128 ? 4 : 2, 2, false, OVERLAP, OutT, 2>(l);
   if (block_n == 256)
     return causal ? launch<E4M3, 128, 256, 3, 2, true, SERIAL, OutT>(l)
                   : launch<E4M3, 128, 256, 3, 2, false, SERIAL, OutT>(l);
   return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
 }
 
-// three consumers only in order (with softmax under P·V they run out of registers and spill)
+// three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 as above
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, const Launch& l) {
+cudaError_t launch_fp8_three_consumers(bool causal, int cluster, const Launch& l) {
+  if (cluster == 2) return launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
@@ -931,20 +937,23 @@ extern "C" {
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
 // unsupported (head dim, consumers, loop, block_n), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
-// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL).
+// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
+// tile (no causal mask, 128 keys; two consumers OVERLAP, or three).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int loop, int consumers, int block_n, int out_bf16, void* stream) {
+                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster,
+                        void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
-      (block_n == 256 && (d != 128 || loop != SERIAL)))
+      (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
+      (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
-      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n) ||
-      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d))
+      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster) ||
+      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster))
     return -1;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
@@ -954,12 +963,14 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   const bool c = causal != 0;
   cudaError_t err;
   if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, l) : launch_fp8_three_consumers<__half>(c, l);
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, l)
+                   : launch_fp8_three_consumers<__half>(c, cluster, l);
   else if (d == 256)
-    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, l) : launch_fp8<256, __half>(c, loop, 128, l);
+    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, l)
+                   : launch_fp8<256, __half>(c, loop, 128, cluster, l);
   else
-    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, l)
-                   : launch_fp8<128, __half>(c, loop, block_n, l);
+    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, cluster, l)
+                   : launch_fp8<128, __half>(c, loop, block_n, cluster, l);
   return static_cast<int>(err);
 }
 
