@@ -62,37 +62,17 @@ def _cache_kwarg(model: PreTrainedModel) -> str:
 
 
 def load_runtime(
-    model_name: str,
-    *,
-    attention_impl: str = "sdpa",
-    device: torch.device | str | None = None,
-    max_context: int | None = None,
-    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
-    pack_token_budget: int = 8192,
-    decode_graph: bool = True,
-    compile_blocks: bool = True,
+    model_name: str, *, attention_impl: str = "sdpa", device: torch.device | str | None = None, **options
 ) -> LLMRuntime:
-    """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`.
-
-    `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
-    a CUDA graph where the attention implementation allows it (`decode_graph.py`); `compile_blocks` compiles the
-    norm, MLP and rotary blocks on a GPU (`compiled_blocks.py`).
-    """
+    """Load `model_name` (a local folder, or a hub id resolved through the HF cache) in bf16 on `device`, wrapped by
+    `runtime_for`; `options` are runtime_for's (max_context, prefill_chunk_tokens, pack_token_budget, decode_graph,
+    compile_blocks)."""
     _check_attention_impl(attention_impl)
     register_fa3_attention()
     device = torch.device(device) if device is not None else default_device()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.bfloat16, attn_implementation=attention_impl)
-    runtime = runtime_for(
-        model.to(device),
-        tokenizer,
-        attention_impl=attention_impl,
-        max_context=max_context,
-        prefill_chunk_tokens=prefill_chunk_tokens,
-        pack_token_budget=pack_token_budget,
-        decode_graph=decode_graph,
-        compile_blocks=compile_blocks,
-    )
+    runtime = runtime_for(model.to(device), tokenizer, attention_impl=attention_impl, **options)
     log.info("llm_loaded", model=model_name, attention_impl=attention_impl, device=str(device),
              max_context=runtime.max_context)
     return runtime
@@ -109,8 +89,12 @@ def runtime_for(
     decode_graph: bool = True,
     compile_blocks: bool = True,
 ) -> LLMRuntime:
-    """Wrap a model already in memory, switching its attention to `attention_impl` (see `load_runtime`); with
-    `compile_blocks`, a model on a GPU gets its norm, MLP and rotary blocks compiled (on the CPU it stays eager)."""
+    """Wrap a model already in memory, switching its attention to `attention_impl`.
+
+    `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
+    a CUDA graph where the attention implementation allows it (`decode_graph.py`); `compile_blocks` compiles the
+    norm, MLP and rotary blocks of a model on a GPU (`compiled_blocks.py`; on the CPU it stays eager).
+    """
     _check_attention_impl(attention_impl)
     if prefill_chunk_tokens < 1 or pack_token_budget < 1:
         raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
