@@ -361,7 +361,7 @@ def kernel_cases(args):
             for seqlen in args.seqlens:
                 batch, heads = shape_for(seqlen, d)
                 cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)
-                          if causal or not args.causal_only]
+                          if not (args.full_only if causal else args.causal_only)]
     if args.prefill_shape:
         seqlen, heads, kv_heads, d = PREFILL_SHAPE
         cases += [(True, d, True, seqlen, 1, heads, kv_heads)] if "fp8" in args.dtypes else []
@@ -464,7 +464,9 @@ def main():
                         help="kernels: bf16 and/or fp8, comma-separated")
     parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[16384],
                         help="kernels: sequence lengths, comma-separated")
-    parser.add_argument("--causal-only", action="store_true", help="kernels: causal cases only")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--causal-only", action="store_true", help="kernels: causal cases only")
+    group.add_argument("--full-only", action="store_true", help="kernels: cases without a causal mask only")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="kernels: interleaved rounds per shape")
     parser.add_argument("--impls", type=lambda s: s.split(","), default=None,
                         help="kernels: time only these KERNELS rows (and the Triton kernel, the baseline)")

@@ -1,0 +1,58 @@
+"""benchmarks/attention.py's kernels mode, the parts that run without a GPU: which shapes it times and which
+kernels it sets beside each other (a wrong list wastes the lent GPU's minutes)."""
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "attention.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("attention_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(**overrides):
+    args = dict(dtypes=["bf16", "fp8"], dims=[64, 128, 256], seqlens=[4096, 16384], causal_only=False,
+                full_only=False, prefill_shape=False)
+    return argparse.Namespace(**{**args, **overrides})
+
+
+def test_cases_cover_the_cuda_head_dims_both_masks(bench):
+    cases = bench.kernel_cases(_args())
+    assert {(fp8, d, causal, seqlen) for fp8, d, causal, seqlen, *_ in cases} == {
+        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in (128, 256) for causal in (False, True)
+        for seqlen in (4096, 16384)
+    }
+    for _, d, _, seqlen, batch, heads, kv_heads in cases:
+        assert batch * seqlen == 16384 and heads * d == 2048 and kv_heads == heads
+
+
+@pytest.mark.parametrize("flag,causal", [("causal_only", True), ("full_only", False)])
+def test_mask_flags_keep_one_mask(bench, flag, causal):
+    cases = bench.kernel_cases(_args(**{flag: True}))
+    assert cases and all(c[2] is causal for c in cases)
+
+
+def test_prefill_shape_is_one_causal_fp8_case_after_the_others(bench):
+    cases = bench.kernel_cases(_args(prefill_shape=True))
+    assert cases[-1] == (True, 128, True, 131072, 1, 32, 8)
+    assert cases[:-1] == bench.kernel_cases(_args())
+    assert bench.kernel_cases(_args(dtypes=["bf16"], seqlens=[], prefill_shape=True)) == []  # it is an FP8 case
+
+
+def test_every_named_kernel_is_a_launcher_setting(bench):
+    # the rows' names: one CTA unless a name says pairs, and the pairs rows never run with a causal mask
+    for (name, fp8), extra in bench.KERNELS.items():
+        if extra is None:
+            assert name == "triton"
+            continue
+        assert ("pairs" in name) == (extra.get("cluster", 1) == 2), name
+        assert ("pairs" in name) == (name in bench.FULL_ONLY), name
+    assert set(bench.D128_ONLY) <= {name for name, _ in bench.KERNELS}
