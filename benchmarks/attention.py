@@ -309,9 +309,12 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
     ("cuda-overlap-pairs", True): {"loop": "overlap", "cluster": 2},
     ("cuda-serial-3wg-pairs", True): {"loop": "serial", "consumers": 3, "cluster": 2},
+    ("cuda-overlap-3st", True): {"loop": "overlap", "stages": 3},  # d256 only (D256_ONLY)
+    ("cuda-overlap-pairs-3st", True): {"loop": "overlap", "cluster": 2, "stages": 3},
 }
 D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256", "cuda-serial-3wg-pairs")
-FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs")
+D256_ONLY = ("cuda-overlap-3st", "cuda-overlap-pairs-3st")
+FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs", "cuda-overlap-3st", "cuda-overlap-pairs-3st")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
@@ -385,6 +388,7 @@ def kernels(args):
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
         names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)
+                 and (d == 256 or n not in D256_ONLY)
                  and not (causal and n in FULL_ONLY) and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
         if fp8:

@@ -30,7 +30,7 @@ NARROW_CAUSAL_MAX_KEYS = 8192
 # blocks as a pair that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128
 # non-causal CTAs the same way). H200, session 10, TFLOPS, medians of 5 interleaved rounds at S 4K / 16K / 64K, pairs
 # against one CTA: BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against
-# 685 / 706 / 735 (80-key tiles in two stages: the pair's lockstep costs more than the traffic it saves); FP8 d128
+# 685 / 706 / 735 (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128
 # three consumers 839 / 882 / 944 against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
@@ -127,14 +127,15 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None,
+    cluster=None, stages=None,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
     head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
-    without a causal mask, two consumers overlapped or three; None: cluster_for's choice). Returns out
-    (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `stages`: K/V tiles in
+    the ring, None for the head dim's (4 at d128, 2 at d256) or 3 at d256 (two consumers overlapped, 128-key tiles,
+    no causal mask; not yet timed). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
@@ -148,7 +149,7 @@ def attention_fp8_fwd_sm90(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
-        int(out_dtype == torch.bfloat16), cluster, torch.cuda.current_stream(q8.device).cuda_stream,
+        int(out_dtype == torch.bfloat16), cluster, stages or 0, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 

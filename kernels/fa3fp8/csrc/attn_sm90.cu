@@ -834,7 +834,9 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER>;
-  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;
+  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 bytes
+  static_assert(sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024 <= 227 * 1024,
+                "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
@@ -911,6 +913,15 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, const Launch& l
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
 
+// FP8 d256 on a ring of three stages (two consumers, overlapped, no causal mask; checked by the caller): Q and the
+// ring take 224 of the 227 KB of shared memory a CTA may have. Alone or in pairs of CTAs (cluster 2), which may
+// profit most from the slack a third stage leaves between the two CTAs' releases of a slot.
+template <typename OutT>
+cudaError_t launch_fp8_d256_three_stages(int cluster, const Launch& l) {
+  return cluster == 2 ? launch<E4M3, 256, 128, 3, 2, false, OVERLAP, OutT, 2>(l)
+                      : launch<E4M3, 256, 128, 3, 2, false, OVERLAP, OutT, 1>(l);
+}
+
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
 // 44 KB, 64 + 2 x 2 x 40 KB). On the H200 they ran 2-6% faster than 64-key tiles at d256 and level to 3% faster than
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
@@ -938,17 +949,19 @@ extern "C" {
 // unsupported (head dim, consumers, loop, block_n), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
-// tile (no causal mask, 128 keys; two consumers OVERLAP, or three).
+// tile (no causal mask, 128 keys; two consumers OVERLAP, or three); stages: 0, the head dim's ring (4 at d128, 2
+// at d256), or 3 (d256, two consumers, OVERLAP, 128 keys, no causal mask).
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster,
+                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster, int stages,
                         void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
+      (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
+      (stages != 0 && (stages != 3 || d != 256 || consumers != 2 || loop != OVERLAP || block_n != 128 || causal)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -962,7 +975,10 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
-  if (consumers == 3)
+  if (stages == 3)
+    err = out_bf16 ? launch_fp8_d256_three_stages<__nv_bfloat16>(cluster, l)
+                   : launch_fp8_d256_three_stages<__half>(cluster, l);
+  else if (consumers == 3)
     err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, l)
                    : launch_fp8_three_consumers<__half>(c, cluster, l);
   else if (d == 256)
