@@ -118,7 +118,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop, block_n, cluster or stages"
+        message = "unsupported head dim, consumer count, loop, block_n, cluster, stages or fold"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -127,7 +127,7 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, stages=None,
+    cluster=None, stages=None, fold=False,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
@@ -135,7 +135,9 @@ def attention_fp8_fwd_sm90(
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
     without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `stages`: K/V tiles in
     the ring, None for the head dim's (4 at d128, 2 at d256) or 3 at d256 (two consumers overlapped, 128-key tiles,
-    no causal mask; not yet timed). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    no causal mask; not yet timed); `fold`: causal attention in persistent CTAs dealt folds (a long and a short row
+    block of one head) instead of one CTA per work tile (128-key tiles, two consumers overlapped or three; not yet
+    timed). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
@@ -149,17 +151,19 @@ def attention_fp8_fwd_sm90(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
-        int(out_dtype == torch.bfloat16), cluster, stages or 0, torch.cuda.current_stream(q8.device).cuda_stream,
+        int(out_dtype == torch.bfloat16), cluster, stages or 0, int(fold),
+        torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       block_n=None, cluster=None):
+                       block_n=None, cluster=None, fold=False):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles without a causal mask; None: cluster_for's choice). Returns out (Tq, H, D) in
+    the default tiles without a causal mask; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
+    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; not yet timed). Returns out (Tq, H, D) in
     q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
@@ -174,6 +178,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, torch.cuda.current_stream(q.device).cuda_stream,
+        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, int(fold),
+        torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

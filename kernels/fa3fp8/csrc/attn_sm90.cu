@@ -475,11 +475,15 @@ struct WorkTile {
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
 // two CTAs takes row blocks 2i and 2i+1 of one sequence and head, which read the same K/V tiles: both run when the
-// first has rows (the second's rows past the end are computed and not stored).
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER>
+// first has rows (the second's rows past the end are computed and not stored). FOLD (causal, persistent CTAs):
+// ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
+// for every f, so that CTAs dealt whole folds round-robin get equal work.
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
 __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
-  const int m_blk = CAUSAL ? p.m_blocks - 1 - rank : rank;
+  const int m_blk = !CAUSAL ? rank
+                    : FOLD  ? (rank % 2 == 0 ? p.m_blocks - 1 - rank / 2 : rank / 2)
+                            : p.m_blocks - 1 - rank;
   t.b = bh / p.heads;
   t.h = bh % p.heads;
   t.hk = t.h / (p.heads / p.kv_heads);
@@ -496,14 +500,26 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   return true;
 }
 
+// This CTA's work tiles in order: blockIdx.x, + gridDim.x, ...; FOLD: both work tiles of folds blockIdx.x,
+// + gridDim.x, ... (work tiles 2f and 2f+1)
+template <bool FOLD>
+__device__ __forceinline__ int first_work() {
+  return FOLD ? 2 * blockIdx.x : blockIdx.x;
+}
+template <bool FOLD>
+__device__ __forceinline__ int next_work(int w) {
+  return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
+}
+
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2 (no causal mask): two CTAs of a cluster run adjacent row blocks in step, and each loads half of every
 // K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free again when the
 // consumers of both CTAs have released it.
-// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the ring and Q's barriers run on
-// across them, so the producer loads the next work tile's Q and first K/V tiles while the consumers finish the last
-// P·V and the epilogue of the current one.
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER>
+// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
+// and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
+// consumers finish the last P·V and the epilogue of the current one.
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
+          bool FOLD>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const Params p) {
@@ -517,6 +533,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CAUSAL && BLOCK_N % 16 == 0),
                 "pairs of CTAs: no causal mask, half tiles of whole 8-row swizzle groups");
+  static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
@@ -545,9 +562,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+    for (int w = first_work<FOLD>(); w < p.work_tiles; w = next_work<FOLD>(w)) {
       WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER>(p, w, t)) continue;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -606,9 +623,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = blockIdx.x; w < p.work_tiles; w += gridDim.x) {
+  for (int w = first_work<FOLD>(); w < p.work_tiles; w = next_work<FOLD>(w)) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER>(p, w, t)) continue;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -830,26 +847,28 @@ struct Launch {
 };
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
-          int CLUSTER = 1>
+          int CLUSTER = 1, bool FOLD = false>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
-  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER>;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
   const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 bytes
   static_assert(sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024 <= 227 * 1024,
                 "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
-  p.m_blocks = (l.max_seqlen_q + BLOCK_M * CLUSTER - 1) / (BLOCK_M * CLUSTER) * CLUSTER;  // pairs within a head
+  constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
+  p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
   // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
-  // lets the hardware deal them in order, head by head and longest first.
-  int grid = p.work_tiles;
-  if constexpr (!CAUSAL) {
+  // lets the hardware deal them in order, head by head and longest first. FOLD instead deals persistent CTAs whole
+  // folds (a long and a short row block of one head, equal work for every fold).
+  int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
+  if constexpr (!CAUSAL || FOLD) {
     int device, sms;
     if ((err = cudaGetDevice(&device)) != cudaSuccess ||
         (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
@@ -894,11 +913,12 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
-// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles without a causal mask (checked by the
-// caller).
+// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles without a causal mask; fold: causal,
+// persistent CTAs dealt folds, the overlapped loop on 128-key tiles (both checked by the caller).
 template <int D, typename OutT>
-cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, const Launch& l) {
+cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fold, const Launch& l) {
   if (cluster == 2) return launch<E4M3, D, 128, D == 128 ? 4 : 2, 2, false, OVERLAP, OutT, 2>(l);
+  if (fold) return launch<E4M3, D, 128, D == 128 ? 4 : 2, 2, true, OVERLAP, OutT, 1, true>(l);
   if (block_n == 256)
     return causal ? launch<E4M3, 128, 256, 3, 2, true, SERIAL, OutT>(l)
                   : launch<E4M3, 128, 256, 3, 2, false, SERIAL, OutT>(l);
@@ -907,8 +927,9 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, const La
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 as above
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, int cluster, const Launch& l) {
+cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
   if (cluster == 2) return launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
+  if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
@@ -927,13 +948,19 @@ cudaError_t launch_fp8_d256_three_stages(int cluster, const Launch& l) {
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
-// through multicast, the overlapped loop on the default tiles without a causal mask (checked by the caller).
+// through multicast, the overlapped loop on the default tiles without a causal mask; fold: causal, persistent CTAs
+// dealt folds, the overlapped loop (both checked by the caller).
 template <class E>
-cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, const Launch& l) {
+cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
   if (cluster == 2)
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
+  if (fold) {
+    if (d == 256) return launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l);
+    return block_n == 128 ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l)
+                          : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 1, true>(l);
+  }
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -950,18 +977,21 @@ extern "C" {
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (no causal mask, 128 keys; two consumers OVERLAP, or three); stages: 0, the head dim's ring (4 at d128, 2
-// at d256), or 3 (d256, two consumers, OVERLAP, 128 keys, no causal mask).
+// at d256), or 3 (d256, two consumers, OVERLAP, 128 keys, no causal mask); fold: 1 runs causal attention in
+// persistent CTAs dealt folds (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
                         int causal, int loop, int consumers, int block_n, int out_bf16, int cluster, int stages,
-                        void* stream) {
+                        int fold, void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (stages != 0 && (stages != 3 || d != 256 || consumers != 2 || loop != OVERLAP || block_n != 128 || causal)))
+      (stages != 0 && (stages != 3 || d != 256 || consumers != 2 || loop != OVERLAP || block_n != 128 || causal)) ||
+      (fold != 0 && (fold != 1 || !causal || cluster != 1 || stages != 0 || block_n != 128 ||
+                     (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -979,29 +1009,31 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     err = out_bf16 ? launch_fp8_d256_three_stages<__nv_bfloat16>(cluster, l)
                    : launch_fp8_d256_three_stages<__half>(cluster, l);
   else if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, l)
-                   : launch_fp8_three_consumers<__half>(c, cluster, l);
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)
+                   : launch_fp8_three_consumers<__half>(c, cluster, fold, l);
   else if (d == 256)
-    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, l)
-                   : launch_fp8<256, __half>(c, loop, 128, cluster, l);
+    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, fold, l)
+                   : launch_fp8<256, __half>(c, loop, 128, cluster, fold, l);
   else
-    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, cluster, l)
-                   : launch_fp8<128, __half>(c, loop, block_n, cluster, l);
+    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, cluster, fold, l)
+                   : launch_fp8<128, __half>(c, loop, block_n, cluster, fold, l);
   return static_cast<int>(err);
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
-// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask). Returns as above.
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask); fold: 1 runs causal attention
+// in persistent CTAs dealt folds (OVERLAP), 0 one CTA per work tile. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16, int cluster,
-                    void* stream) {
+                    int fold, void* stream) {
   if (d != 128 && d != 256) return -2;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)))
+      (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)) ||
+      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
@@ -1014,8 +1046,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.max_seqlen_q = max_seqlen_q;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, l)
-                               : launch_16bit<FP16>(d, block_n, c, loop, cluster, l));
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, fold != 0, l)
+                               : launch_16bit<FP16>(d, block_n, c, loop, cluster, fold != 0, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
