@@ -10,9 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
-if [[ "${1:-}" == "--lib" ]]; then
+build_library() {
     rm -rf .whl/fa3fp8
     PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build .whl/fa3fp8
+}
+if [[ "${1:-}" == "--lib" ]]; then
+    build_library
     exit
 fi
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
@@ -38,7 +41,6 @@ save_file({name: t.half() if t.is_floating_point() else t for name, t in weights
 print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
 EOF
 if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'; then
-    rm -rf .whl/fa3fp8
-    PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build .whl/fa3fp8
+    build_library
 fi
 du -sh .whl .tools/minilm

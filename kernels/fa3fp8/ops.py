@@ -5,7 +5,7 @@ import torch
 
 from . import env
 from .configs import fp8_blocks
-from .fp8_layout import QuantizedKV, QuantizedQ, QuantizedQKV, block_offsets, permute_v_keys
+from .fp8_layout import QuantizedKV, QuantizedQ, QuantizedQKV, block_offsets, permute_v_keys, tile_bound
 from .reference import (
     attention_decode_reference,
     attention_fp8_reference,
@@ -159,7 +159,7 @@ def _quantize_q_op(
 
 @_quantize_q_op.register_fake
 def _quantize_q_fake(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard):
-    n_blocks = -(-q.shape[0] // block_m) + cu_seqlens_q.shape[0] - 1
+    n_blocks = tile_bound(q.shape[0], block_m, cu_seqlens_q.shape[0] - 1)
     return (
         q.new_empty(q.shape, dtype=torch.float8_e4m3fn), q.new_empty((q.shape[1], n_blocks), dtype=torch.float32),
         torch.empty_like(cu_seqlens_q),
@@ -176,7 +176,7 @@ def _quantize_kv_op(
 
 @_quantize_kv_op.register_fake
 def _quantize_kv_fake(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v):
-    n_blocks = -(-k.shape[0] // block_n) + cu_seqlens_k.shape[0] - 1
+    n_blocks = tile_bound(k.shape[0], block_n, cu_seqlens_k.shape[0] - 1)
     kv_heads, d = k.shape[1], k.shape[2]
     e4m3 = torch.float8_e4m3fn
     return (

@@ -851,9 +851,8 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
-  const int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 bytes
-  static_assert(sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024 <= 227 * 1024,
-                "more shared memory than an sm_90 CTA may have");
+  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 B
+  static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
@@ -973,7 +972,7 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster,
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, loop, block_n), else the CUDA error.
+// unsupported (head dim, consumers, loop, block_n, cluster, stages, fold), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (no causal mask, 128 keys; two consumers OVERLAP, or three); stages: 0, the head dim's ring (4 at d128, 2
