@@ -302,7 +302,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
     ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},  # no causal mask (FULL_ONLY)
-    ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY)
+    ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY), d256 (D256_ONLY)
     ("cuda-overlap-128-fold", False): {"loop": "overlap", "block_n": 128, "fold": True},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
@@ -311,16 +311,13 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
     ("cuda-overlap-pairs", True): {"loop": "overlap", "cluster": 2},
     ("cuda-serial-3wg-pairs", True): {"loop": "serial", "consumers": 3, "cluster": 2},
-    ("cuda-overlap-3st", True): {"loop": "overlap", "stages": 3},  # d256 only (D256_ONLY)
-    ("cuda-overlap-pairs-3st", True): {"loop": "overlap", "cluster": 2, "stages": 3},
     ("cuda-overlap-fold", True): {"loop": "overlap", "fold": True},
-    ("cuda-serial-3wg-fold", True): {"loop": "serial", "consumers": 3, "fold": True},
 }
-D128_ONLY = ("cuda-overlap-128", "cuda-serial-3wg", "cuda-serial-256", "cuda-serial-3wg-pairs", "cuda-overlap-128-fold",
-             "cuda-serial-3wg-fold")
-D256_ONLY = ("cuda-overlap-3st", "cuda-overlap-pairs-3st")
-FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs", "cuda-overlap-3st", "cuda-overlap-pairs-3st")
-CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-serial-3wg-fold")
+D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-fold", False), ("cuda-serial-3wg", True),
+             ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True)}
+D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
+FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs")
+CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
@@ -393,8 +390,8 @@ def kernels(args):
         cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
-        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or n not in D128_ONLY)
-                 and (d == 256 or n not in D256_ONLY)
+        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or (n, f) not in D128_ONLY)
+                 and (d == 256 or (n, f) not in D256_ONLY)
                  and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
                  and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}

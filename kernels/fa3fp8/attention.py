@@ -196,7 +196,7 @@ def attention_fwd(
     are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N); with `v_permuted` (V's keys
     in the CUDA kernel's order) the CUDA kernel runs, else this one. Returns out (Tq, H, D) and lse (H, Tq) fp32,
     and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning; `max_seqlen_k`
-    (the longest sequence's keys, when known) picks the CUDA kernel's tile width."""
+    (the longest sequence's keys, when known) picks the CUDA kernel's settings for short causal attention."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1

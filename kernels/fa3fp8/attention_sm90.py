@@ -21,10 +21,25 @@ HEAD_DIMS = (128, 256)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
 # leave 176-key tiles a large masked remainder)
 BLOCK_N_16BIT = {128: (176, 128), 256: (80,)}
-# BF16/FP16 d128, causal: 128-key tiles up to this many keys per sequence. H200, session 9, causal S4K in three runs:
-# 488-503 TFLOPS against 473-485 with 176-key tiles (4096 keys are 24 tiles of 176, 3.1% of them padding); at S16K
-# -5% to +1.5%, at S64K -1%; without a causal mask level at S4K. 8K itself was not timed.
-NARROW_CAUSAL_MAX_KEYS = 8192
+# Causal attention over at most this many keys per sequence takes SHORT_CAUSAL's settings.
+SHORT_CAUSAL_MAX_KEYS = 8192
+# (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
+# of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
+# work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
+# padding), FP8 d128 on two consumers overlapped (whole folds of three consumers' 192-row blocks fill 132 CTAs to
+# 87-89% at S4K and S16K). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 16K / 64K,
+# folds against the default: BF16 d128 (128-key tiles) 521 / 606 / 614 against 503 / 610 / 633 (176-key tiles:
+# 489 / 590 / 641; session 9 had 128 keys at 488-503 against 473-485 at S4K); BF16 d256 596 / 669 / 716 against
+# 559 / 701 / 730; FP8 d128 overlapped 681 / 808 / 838 against three consumers' 655 / 828 / 930 (three consumers
+# dealt folds: 650 / 788 / 924); FP8 d256 926 / 1099 / 1148 against 866 / 1090 / 1166. Dealt whole folds
+# round-robin, the last round leaves CTAs idle (4096 folds at S64K are 31.03 rounds of 132), which the hardware's
+# deal of one CTA per work tile, longest first, avoids.
+SHORT_CAUSAL = {
+    (128, False): {"block_n": 128, "fold": True},
+    (256, False): {"fold": True},
+    (128, True): {"loop": "overlap", "consumers": 2, "fold": True},
+    (256, True): {"fold": True},
+}
 # (head dim, fp8) -> CTAs per cluster without a causal mask, where the settings allow pairs (16-bit: the overlapped
 # loop on the default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row
 # blocks as a pair that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128
@@ -55,11 +70,11 @@ FASTER = {
 
 
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None) -> dict | None:
-    """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; BF16/FP16
-    d128 causal attention over at most NARROW_CAUSAL_MAX_KEYS keys per sequence takes 128-key tiles."""
+    """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
+    attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence takes SHORT_CAUSAL's instead."""
     settings = FASTER.get((d, fp8, bool(causal)))
-    narrow = not fp8 and causal and d == 128 and max_seqlen_k is not None and max_seqlen_k <= NARROW_CAUSAL_MAX_KEYS
-    return {**settings, "block_n": 128} if settings is not None and narrow else settings
+    short = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
+    return {**settings, **SHORT_CAUSAL[(d, fp8)]} if settings is not None and short else settings
 
 
 def cluster_for(d: int, fp8: bool, causal: bool, loop: str, consumers: int, block_n: int) -> int:
@@ -118,7 +133,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop, block_n, cluster, stages or fold"
+        message = "unsupported head dim, consumer count, loop, block_n, cluster or fold"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -127,17 +142,15 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, stages=None, fold=False,
+    cluster=None, fold=False,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
     head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
-    without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `stages`: K/V tiles in
-    the ring, None for the head dim's (4 at d128, 2 at d256) or 3 at d256 (two consumers overlapped, 128-key tiles,
-    no causal mask; not yet timed); `fold`: causal attention in persistent CTAs dealt folds (a long and a short row
-    block of one head) instead of one CTA per work tile (128-key tiles, two consumers overlapped or three; not yet
-    timed). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention
+    in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
+    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
@@ -151,7 +164,7 @@ def attention_fp8_fwd_sm90(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
-        int(out_dtype == torch.bfloat16), cluster, stages or 0, int(fold),
+        int(out_dtype == torch.bfloat16), cluster, int(fold),
         torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
@@ -163,7 +176,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
     the default tiles without a causal mask; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
-    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; not yet timed). Returns out (Tq, H, D) in
+    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128). Returns out (Tq, H, D) in
     q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop

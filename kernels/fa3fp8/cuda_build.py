@@ -82,7 +82,7 @@ def load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path()))
     p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fa3fp8_attn_fp8_fwd.restype = i
-    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f] + [i] * 8 + [p]
+    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f] + [i] * 7 + [p]
     lib.fa3fp8_attn_fwd.restype = i
     lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 7 + [f] + [i] * 6 + [p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p

@@ -94,6 +94,7 @@ def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seql
         out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype, v_permuted=v_permuted,
+            max_seqlen_k=max_seqlen_k,
         )
         return out, lse
     qkv = QuantizedQKV(

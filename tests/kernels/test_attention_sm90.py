@@ -3,6 +3,7 @@ report: no spills in the default variants, no serialized wgmma), and on a Hopper
 on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel against the reference's FP8 math
 on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttention-3's error rule."""
 
+import itertools
 import re
 
 import pytest
@@ -31,11 +32,11 @@ def ptxas_report(tmp_path_factory):
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (non-causal: 2 consumers overlapped at each
-    # head dim, 3 in order at d128) x output, d256 on three stages (non-causal, alone or paired) x output, and causal
-    # folds (2 consumers overlapped at each head dim, 3 in order at d128) x output; BF16/FP16: dtype x (head dim
-    # {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs (dtype x head dim, overlapped,
-    # non-causal), and causal folds (dtype x (head dim + d128's 128-key tiles), overlapped)
-    assert len(ptxas_report) == 24 + 6 + 4 + 6 + 16 + 4 + 4 + 6
+    # head dim, 3 in order at d128) x output, and causal folds (2 consumers overlapped at each head dim) x output;
+    # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
+    # (dtype x head dim, overlapped, non-causal), and causal folds (dtype x head dim, overlapped; d128 on 128-key
+    # tiles)
+    assert len(ptxas_report) == 24 + 6 + 4 + 16 + 4 + 4 + 4
 
 
 TEMPLATE = re.compile(
@@ -57,11 +58,10 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x 2 output dtypes), d256's three stages
-    # (alone and paired x 2 output dtypes) and the two-consumer folds (2 head dims x 2 output dtypes); 16-bit: 2
-    # dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs (2 dtypes x 2 head dims) and the folds (2
-    # dtypes x (2 head dims + d128's 128-key tiles))
-    assert checked == 8 + 4 + 4 + 4 + 12 + 4 + 6
+    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x 2 output dtypes) and the folds (2 head
+    # dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs (2 dtypes x
+    # 2 head dims) and the folds (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 + 4 + 12 + 4 + 4
 
 
 @needs_nvcc
@@ -73,10 +73,12 @@ def test_wgmma_is_not_serialized(ptxas_report):
 
 @needs_nvcc
 def test_default_settings_launch_variants_the_library_builds():
-    # each default (FASTER's settings, the head dim's tiles, and cluster_for's pairs) gets as far as the tensor maps in
-    # the C entries (-1 on the misaligned q), never -2 (no such kernel)
+    # each default (best_settings for long and short sequences, the head dim's tiles, and cluster_for's pairs) gets as
+    # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel)
     lib = cuda_build.load()
-    for (d, fp8, causal), settings in attention_sm90.FASTER.items():
+    for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 4096)):
+        settings = attention_sm90.best_settings(d, fp8, causal, keys)
+        fold = int(settings.get("fold", False))
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         consumers = settings.get("consumers", 2)
         block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
@@ -84,11 +86,11 @@ def test_default_settings_launch_variants_the_library_builds():
         loop_id = attention_sm90.LOOPS[loop]
         if fp8:
             code = lib.fa3fp8_attn_fp8_fwd(8, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0, int(causal),
-                                           loop_id, consumers, block_n, 1, cluster, 0, 0, None)
+                                           loop_id, consumers, block_n, 1, cluster, fold, None)
         else:
             code = lib.fa3fp8_attn_fwd(8, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, int(causal), loop_id, block_n,
-                                       1, cluster, 0, None)
-        assert code == -1, (d, fp8, causal, cluster)
+                                       1, cluster, fold, None)
+        assert code == -1, (d, fp8, causal, keys)
     assert attention_sm90.cluster_for(128, False, True, "overlap", 2, 176) == 1  # causal: never pairs
     assert attention_sm90.cluster_for(128, False, False, "overlap", 2, 128) == 1  # pairs take the default tiles
 
@@ -113,14 +115,17 @@ def test_auto_settings_are_variants_the_library_builds():
     assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
 
 
-def test_short_causal_bf16_d128_takes_128_key_tiles():
-    limit = attention_sm90.NARROW_CAUSAL_MAX_KEYS
-    assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128
-    assert attention_sm90.best_settings(128, False, True, limit)["block_n"] == 128
-    for d, fp8, causal, keys in [(128, False, True, limit + 1), (128, False, False, 4096), (128, False, True, None),
-                                 (256, False, True, 4096), (128, True, True, 4096)]:
-        assert "block_n" not in attention_sm90.best_settings(d, fp8, causal, keys), (d, fp8, causal, keys)
-    assert 128 in attention_sm90.BLOCK_N_16BIT[128]
+def test_short_causal_attention_takes_folds():
+    limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
+    for d, fp8 in itertools.product(attention_sm90.HEAD_DIMS, (False, True)):
+        for keys in (4096, limit):
+            assert attention_sm90.best_settings(d, fp8, True, keys) == {
+                **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8, keys)
+        for causal, keys in [(True, limit + 1), (True, None), (False, 4096)]:
+            settings = attention_sm90.best_settings(d, fp8, causal, keys)
+            assert settings == attention_sm90.FASTER[(d, fp8, causal)] and "fold" not in settings, (d, fp8, keys)
+    assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128  # folds at d128: 128-key tiles
+    assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 2  # not three: whole folds fill badly
 
 
 def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
@@ -170,11 +175,12 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
     for d, block_n in [(128, 176), (256, 80)]:
         assert entry(d, "overlap", block_n, cluster=2) == -1, d
-    # folds: causal, the overlapped loop, one CTA per cluster
-    assert entry(128, "overlap", 176, fold=1) == -2  # no causal mask
+    # folds: causal, the overlapped loop, one CTA per cluster, 128-key tiles at d128
+    assert entry(128, "overlap", 128, fold=1) == -2  # no causal mask
     assert entry(128, "serial", 176, causal=1, fold=1) == -2
-    assert entry(128, "overlap", 176, causal=1, fold=2) == -2
-    for d, block_n in [(128, 176), (128, 128), (256, 80)]:
+    assert entry(128, "overlap", 128, causal=1, fold=2) == -2
+    assert entry(128, "overlap", 176, causal=1, fold=1) == -2
+    for d, block_n in [(128, 128), (256, 80)]:
         assert entry(d, "overlap", block_n, causal=1, fold=1) == -1, (d, block_n)
 
 
@@ -185,10 +191,10 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     lib = cuda_build.load()
     misaligned_q = 8
 
-    def entry(d, loop, consumers, block_n, cluster=1, causal=0, stages=0, fold=0):
+    def entry(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
         return lib.fa3fp8_attn_fp8_fwd(misaligned_q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0,
-                                       causal, attention_sm90.LOOPS[loop], consumers, block_n, 1, cluster, stages,
-                                       fold, None)
+                                       causal, attention_sm90.LOOPS[loop], consumers, block_n, 1, cluster, fold,
+                                       None)
 
     assert entry(64, "overlap", 2, 128) == -2
     assert entry(256, "serial", 3, 128) == -2  # three consumers: d128 only
@@ -203,19 +209,13 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, loop, consumers, block_n) == -1, (d, loop, consumers, block_n)
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         assert entry(d, loop, consumers, 128, cluster=2) == -1, (d, loop, consumers)
-    # three ring stages: d256, two consumers overlapped, no causal mask
-    for d, loop, consumers, stages, causal in [(128, "overlap", 2, 3, 0), (256, "serial", 2, 3, 0),
-                                               (256, "overlap", 2, 3, 1), (256, "overlap", 2, 2, 0),
-                                               (256, "overlap", 2, 4, 0)]:
-        assert entry(d, loop, consumers, 128, causal=causal, stages=stages) == -2, (d, loop, stages, causal)
-    for cluster in (1, 2):
-        assert entry(256, "overlap", 2, 128, cluster=cluster, stages=3) == -1, cluster
-    # folds: causal, 128-key tiles, two consumers overlapped or three in order
+    # folds: causal, 128-key tiles, two consumers overlapped
     for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
-                                                (128, "serial", 2, 256, 1)]:
+                                                (128, "serial", 2, 256, 1), (128, "serial", 3, 128, 1)]:
         assert entry(d, loop, consumers, block_n, causal=causal, fold=1) == -2, (d, loop, consumers, block_n)
-    for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
-        assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
+    assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
+    for d in (128, 256):
+        assert entry(d, "overlap", 2, 128, causal=1, fold=1) == -1, d
 
 
 # ------------------------------------------------------------------------------------------ on the GPU
@@ -246,25 +246,21 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers,block_n,cluster,stages,fold",
-                         [("overlap", 2, 128, 1, None, False), ("serial", 2, 128, 1, None, False),
-                          ("serial", 3, 128, 1, None, False), ("serial", 2, 256, 1, None, False),
-                          ("overlap", 2, 128, 2, None, False), ("serial", 3, 128, 2, None, False),
-                          ("overlap", 2, 128, 1, 3, False), ("overlap", 2, 128, 2, 3, False),
-                          ("overlap", 2, 128, 1, None, True), ("serial", 3, 128, 1, None, True)],
+@pytest.mark.parametrize("loop,consumers,block_n,cluster,fold",
+                         [("overlap", 2, 128, 1, False), ("serial", 2, 128, 1, False), ("serial", 3, 128, 1, False),
+                          ("serial", 2, 256, 1, False), ("overlap", 2, 128, 2, False), ("serial", 3, 128, 2, False),
+                          ("overlap", 2, 128, 1, True)],
                          ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs",
-                              "overlap-3st", "overlap-pairs-3st", "overlap-fold", "serial-3wg-fold"])
+                              "overlap-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
 def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers, block_n, cluster,
-                                    stages, fold):
+                                    fold):
     if (consumers == 3 or block_n == 256) and d != 128:
         pytest.skip("three consumer warpgroups and 256-key tiles exist at d128 only")
-    if stages == 3 and d != 256:
-        pytest.skip("three ring stages exist at d256 only")
-    if (cluster == 2 or stages == 3) and causal:
-        pytest.skip("pairs of CTAs and three ring stages run without a causal mask")
+    if cluster == 2 and causal:
+        pytest.skip("pairs of CTAs run without a causal mask")
     if fold and not causal:
         pytest.skip("folds are of causal row blocks")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
@@ -285,7 +281,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, k_scale, v_scale,
         b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers, block_n=block_n,
-        cluster=cluster, stages=stages, fold=fold,
+        cluster=cluster, fold=fold,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
@@ -319,6 +315,8 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
         pytest.skip("pairs of CTAs run without a causal mask")
     if fold and not causal:
         pytest.skip("folds are of causal row blocks")
+    if fold and d == 128 and block_n != 128:
+        pytest.skip("folds at d128 run 128-key tiles")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)

@@ -926,20 +926,10 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fol
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 as above
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
+cudaError_t launch_fp8_three_consumers(bool causal, int cluster, const Launch& l) {
   if (cluster == 2) return launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
-  if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
-}
-
-// FP8 d256 on a ring of three stages (two consumers, overlapped, no causal mask; checked by the caller): Q and the
-// ring take 224 of the 227 KB of shared memory a CTA may have. Alone or in pairs of CTAs (cluster 2), which may
-// profit most from the slack a third stage leaves between the two CTAs' releases of a slot.
-template <typename OutT>
-cudaError_t launch_fp8_d256_three_stages(int cluster, const Launch& l) {
-  return cluster == 2 ? launch<E4M3, 256, 128, 3, 2, false, OVERLAP, OutT, 2>(l)
-                      : launch<E4M3, 256, 128, 3, 2, false, OVERLAP, OutT, 1>(l);
 }
 
 // BF16/FP16: 2 stages of 176-key tiles at d128, 80-key ones at d256: Q and the ring fill shared memory (32 + 2 x 2 x
@@ -948,18 +938,16 @@ cudaError_t launch_fp8_d256_three_stages(int cluster, const Launch& l) {
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
 // through multicast, the overlapped loop on the default tiles without a causal mask; fold: causal, persistent CTAs
-// dealt folds, the overlapped loop (both checked by the caller).
+// dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
   if (cluster == 2)
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
-  if (fold) {
-    if (d == 256) return launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l);
-    return block_n == 128 ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l)
-                          : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 1, true>(l);
-  }
+  if (fold)
+    return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l)
+                    : launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -972,25 +960,22 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster,
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, loop, block_n, cluster, stages, fold), else the CUDA error.
+// unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
-// tile (no causal mask, 128 keys; two consumers OVERLAP, or three); stages: 0, the head dim's ring (4 at d128, 2
-// at d256), or 3 (d256, two consumers, OVERLAP, 128 keys, no causal mask); fold: 1 runs causal attention in
-// persistent CTAs dealt folds (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile.
+// tile (no causal mask, 128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
+// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster, int stages,
-                        int fold, void* stream) {
+                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster, int fold,
+                        void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (stages != 0 && (stages != 3 || d != 256 || consumers != 2 || loop != OVERLAP || block_n != 128 || causal)) ||
-      (fold != 0 && (fold != 1 || !causal || cluster != 1 || stages != 0 || block_n != 128 ||
-                     (consumers == 2 && loop != OVERLAP))))
+      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || consumers != 2 || loop != OVERLAP)))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -1004,12 +989,9 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
-  if (stages == 3)
-    err = out_bf16 ? launch_fp8_d256_three_stages<__nv_bfloat16>(cluster, l)
-                   : launch_fp8_d256_three_stages<__half>(cluster, l);
-  else if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)
-                   : launch_fp8_three_consumers<__half>(c, cluster, fold, l);
+  if (consumers == 3)
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, l)
+                   : launch_fp8_three_consumers<__half>(c, cluster, l);
   else if (d == 256)
     err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, fold, l)
                    : launch_fp8<256, __half>(c, loop, 128, cluster, fold, l);
@@ -1022,7 +1004,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
 // CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask); fold: 1 runs causal attention
-// in persistent CTAs dealt folds (OVERLAP), 0 one CTA per work tile. Returns as above.
+// in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16, int cluster,
@@ -1032,7 +1014,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)) ||
-      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1)))
+      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
