@@ -27,13 +27,13 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
 # work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
 # padding), FP8 d128 on two consumers overlapped (whole folds of three consumers' 192-row blocks fill 132 CTAs to
-# 87-89% at S4K and S16K). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 16K / 64K,
-# folds against the default: BF16 d128 (128-key tiles) 521 / 606 / 614 against 503 / 610 / 633 (176-key tiles:
-# 489 / 590 / 641; session 9 had 128 keys at 488-503 against 473-485 at S4K); BF16 d256 596 / 669 / 716 against
-# 559 / 701 / 730; FP8 d128 overlapped 681 / 808 / 838 against three consumers' 655 / 828 / 930 (three consumers
-# dealt folds: 650 / 788 / 924); FP8 d256 926 / 1099 / 1148 against 866 / 1090 / 1166. Dealt whole folds
-# round-robin, the last round leaves CTAs idle (4096 folds at S64K are 31.03 rounds of 132), which the hardware's
-# deal of one CTA per work tile, longest first, avoids.
+# 87-89% at S4K and S16K). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
+# 64K, folds against one CTA per work tile: BF16 d128 521 / 538 / 606 / 614 against 503 / 531 / 610 / 633
+# (128-key tiles; 176-key, the long default: 489 / 526 / 590 / 641); BF16 d256 596 / 610 / 669 / 716 against 559 / 601 / 701 / 730; FP8 d128
+# 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three consumers dealt folds: 650 / - / 788 /
+# 924); FP8 d256 926 / 997 / 1099 / 1148 against 866 / 928 / 1090 / 1166. Folds lose at 64K: dealt whole and
+# round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of 132), which the hardware's deal of
+# one CTA per work tile, longest first, avoids.
 SHORT_CAUSAL = {
     (128, False): {"block_n": 128, "fold": True},
     (256, False): {"fold": True},
@@ -150,7 +150,8 @@ def attention_fp8_fwd_sm90(
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
     without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
-    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL). Returns out (Tq, H, D) in out_dtype and lse
+    (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
