@@ -336,13 +336,16 @@ def fp8_bundles(q, k, v):
 def kernel_runner(name, fp8, q, k, v, bundles, causal):
     """A closure running one forward kernel at one fixed choice (KERNELS) on dense q, k, v, or on the FP8 bundle of
     fp8_bundles for that kernel."""
+    extra = KERNELS[(name, fp8)]
+    return settings_runner(None if extra is None else {"cluster": 1, **extra}, fp8, q, k, v, bundles, causal)
+
+
+def settings_runner(extra, fp8, q, k, v, bundles, causal):
+    """As kernel_runner, for the CUDA launcher's arguments `extra` (None: the Triton kernel)."""
     from fa3fp8 import attention_sm90
 
     d = q.shape[-1]
     scale = d**-0.5
-    extra = KERNELS[(name, fp8)]
-    if extra is not None:
-        extra = {"cluster": 1, **extra}
     if fp8:
         b = bundles["triton" if extra is None else "cuda"]
         args = (b.q8, b.k8, b.v8t, b.cu_seqlens_q, b.cu_seqlens_k, b.max_seqlen_q, scale, causal,

@@ -78,8 +78,13 @@ def library_path() -> Path:
 
 @functools.cache
 def load() -> ctypes.CDLL:
-    """The CUDA kernel library, built on first use; its C functions get their argument types here."""
-    lib = ctypes.CDLL(str(library_path()))
+    """The CUDA kernel library, built on first use."""
+    return open_library(library_path())
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """A built kernel library, its C functions given their argument types."""
+    lib = ctypes.CDLL(str(path))
     p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fa3fp8_attn_fp8_fwd.restype = i
     lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f] + [i] * 7 + [p]

@@ -1,0 +1,106 @@
+"""Two builds of the CUDA kernel library side by side on one GPU: the default settings of each kernels-mode shape
+(`attention_sm90.best_settings`, the public API's choice), timed interleaved in one process, outputs compared bit
+for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
+
+    python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--rounds 5] [--out DIR]
+
+"new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
+another revision of csrc/attn_sm90.cu with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
+revision's fa3fp8 on PYTHONPATH). Writes kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import attention as bench  # noqa: E402
+import torch  # noqa: E402
+from fa3fp8 import attention_sm90, cuda_build  # noqa: E402
+from fa3fp8.testing import random_qkv  # noqa: E402
+
+
+def cases(seqlens):
+    """(fp8, d, causal, seqlen, batch, heads, settings) for every CUDA head dim, both dtypes and masks."""
+    args = argparse.Namespace(dtypes=["bf16", "fp8"], dims=list(bench.CUDA_HEAD_DIMS), seqlens=seqlens,
+                              causal_only=False, full_only=False, prefill_shape=False)
+    return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen))
+            for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
+
+
+def on_library(lib, fn):
+    """fn, calling into `lib`: the launchers look the library up through cuda_build.load on every call."""
+    def run():
+        cuda_build.load = lambda: lib
+        return fn()
+    return run
+
+
+def plot(rows, path):
+    """new / old TFLOPS per shape, one bar each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
+    ax.bar(range(len(rows)), [r["new_tflops"] / r["old_tflops"] for r in rows])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r['dtype']} d{r['d']}\n{'causal' if r['causal'] else 'full'} S{r['S'] // 1024}K"
+                        for r in rows], fontsize=7)
+    ax.set_ylabel("new / old TFLOPS")
+    low = min(r["new_tflops"] / r["old_tflops"] for r in rows)
+    high = max(r["new_tflops"] / r["old_tflops"] for r in rows)
+    ax.set_ylim(min(0.95, low - 0.01), max(1.05, high + 0.01))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("old", type=Path, help="the other build of the kernel library (.so)")
+    parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[4096, 8192, 16384])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    libs = {"old": cuda_build.open_library(args.old), "new": cuda_build.load()}
+    os.environ["FA3FP8_KERNEL"] = "cuda"  # what fp8_bundles restores after making both bundles
+    rows = []
+    for fp8, d, causal, seqlen, batch, heads, settings in cases(args.seqlens):
+        q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+        bundles = bench.fp8_bundles(q, k, v) if fp8 else None
+        kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
+        runners = {tag: on_library(lib, kernel) for tag, lib in libs.items()}
+        identical = torch.equal(runners["old"](), runners["new"]())
+        runs = {tag: [] for tag in runners}
+        for _ in range(args.rounds):
+            for tag, run in runners.items():
+                runs[tag].append(bench.flops(batch, heads, seqlen, d, causal) / bench.timed(run) / 1e9)
+        median = {tag: sorted(r)[len(r) // 2] for tag, r in runs.items()}
+        rows.append(dict(dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings,
+                         identical=identical, old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),
+                         old_runs=[round(x, 1) for x in runs["old"]], new_runs=[round(x, 1) for x in runs["new"]]))
+        print(f"{rows[-1]['dtype']:4s} d{d:<3d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
+              f"old {median['old']:7.1f} new {median['new']:7.1f} TFLOPS ({median['new'] / median['old']:.3f}x) "
+              f"{'identical' if identical else 'OUTPUTS DIFFER'}  {settings}", flush=True)
+        del q, k, v, bundles
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    stem = f"kernel-ab-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "old": str(args.old),
+                                                  "new": libs["new"]._name, "rows": rows}, indent=1))
+    plot(rows, out / f"{stem}.png")
+    if not all(r["identical"] for r in rows):
+        sys.exit("the two builds' outputs differ")
+
+
+if __name__ == "__main__":
+    main()

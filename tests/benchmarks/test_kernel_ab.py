@@ -1,0 +1,45 @@
+"""benchmarks/kernel_ab.py, the parts that run without a GPU: the shapes and settings it times, the library swap
+and the plot."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from fa3fp8 import attention_sm90, cuda_build
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_ab.py"
+
+
+@pytest.fixture(scope="module")
+def ab():
+    spec = importlib.util.spec_from_file_location("kernel_ab", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cases_are_the_public_defaults_of_every_cuda_shape(ab):
+    cases = ab.cases([4096, 16384])
+    assert {(fp8, d, causal, seqlen) for fp8, d, causal, seqlen, *_ in cases} == {
+        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in (128, 256) for causal in (False, True)
+        for seqlen in (4096, 16384)
+    }
+    for fp8, d, causal, seqlen, batch, heads, settings in cases:
+        assert batch * seqlen == 16384 and heads * d == 2048
+        assert settings == attention_sm90.best_settings(d, fp8, causal, seqlen)
+        assert settings.get("fold", False) == (causal and seqlen <= attention_sm90.SHORT_CAUSAL_MAX_KEYS)
+
+
+def test_a_runner_calls_into_its_own_library(ab, monkeypatch):
+    monkeypatch.setattr(cuda_build, "load", cuda_build.load)  # restored after the test
+    old, new = object(), object()
+    old_run, new_run = (ab.on_library(lib, lambda: cuda_build.load()) for lib in (old, new))
+    assert old_run() is old and new_run() is new and old_run() is old
+
+
+def test_plot_writes_a_png(ab, tmp_path):
+    rows = [dict(dtype="bf16", d=128, S=4096, causal=c, old_tflops=500.0, new_tflops=t)
+            for c, t in ((False, 510.0), (True, 490.0))]
+    ab.plot(rows, tmp_path / "ab.png")
+    assert (tmp_path / "ab.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
