@@ -708,6 +708,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         if constexpr (CLUSTER == 2) mbar_arrive_cluster(&empty[slot(j)], rank ^ 1);
       }
     };
+    // Q's last reader is this work tile's last Q·Kᵀ: once that is done, the producer may load the next work tile's Q
+    // and first K/V tiles under the last softmax, P·V and epilogue. H200, session 11, against releasing Q after the
+    // epilogue: +1-2% for the folds at S4K, BF16 d256 +0.1-1.7%, the rest level; pairs of CTAs release it after the
+    // epilogue still (BF16 d128 paired lost 1.5-2% at S8K and S16K in two runs, not understood)
+    auto release_q_after = [&](int j) {
+      if (CLUSTER == 1 && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
+    };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
       fence_regs(pa);
@@ -723,6 +730,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       wgmma_wait<0>();
       wait_s();
       release(sm.k_empty, j);
+      release_q_after(j);
     };
     auto pv_alone = [&](int j) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
@@ -758,6 +766,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
         release(sm.k_empty, j);
+        release_q_after(j);
         softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
@@ -777,8 +786,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    // every Q·Kᵀ of this work tile is done: the producer may load the next one's Q during the epilogue
-    if (lane == 0) mbar_arrive(&sm.q_empty);
+    if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
     const int tq = lane % 4;
