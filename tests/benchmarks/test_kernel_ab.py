@@ -1,22 +1,7 @@
 """benchmarks/kernel_ab.py, the parts that run without a GPU: the shapes and settings it times, the library swap
 and the plot."""
 
-import importlib.util
-from pathlib import Path
-
-import pytest
-
 from fa3fp8 import attention_sm90, cuda_build
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_ab.py"
-
-
-@pytest.fixture(scope="module")
-def ab():
-    spec = importlib.util.spec_from_file_location("kernel_ab", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_cases_are_the_public_defaults_of_every_cuda_shape(ab):

@@ -1,0 +1,27 @@
+"""The benchmark scripts under test, each loaded once per module as a plain module (benchmarks/ is no package)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/attention.py"""
+    return _load("attention")
+
+
+@pytest.fixture(scope="module")
+def ab():
+    """benchmarks/kernel_ab.py"""
+    return _load("kernel_ab")
