@@ -2,7 +2,8 @@
 and for BF16/FP16.
 
 One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head; causal: one CTA
-per work tile, as their lengths differ): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
+per work tile, as their lengths differ, or persistent CTAs dealt folds of two tiles of equal total length, `fold`,
+for short sequences): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
 (or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial"
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
