@@ -30,11 +30,11 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # padding), FP8 d128 on two consumers overlapped (whole folds of three consumers' 192-row blocks fill 132 CTAs to
 # 87-89% at S4K and S16K). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
 # 64K, folds against one CTA per work tile: BF16 d128 521 / 538 / 606 / 614 against 503 / 531 / 610 / 633
-# (128-key tiles; 176-key, the long default: 489 / 526 / 590 / 641); BF16 d256 596 / 610 / 669 / 716 against 559 / 601 / 701 / 730; FP8 d128
-# 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three consumers dealt folds: 650 / - / 788 /
-# 924); FP8 d256 926 / 997 / 1099 / 1148 against 866 / 928 / 1090 / 1166. Folds lose at 64K: dealt whole and
-# round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of 132), which the hardware's deal of
-# one CTA per work tile, longest first, avoids.
+# (128-key tiles; 176-key, the long default: 489 / 526 / 590 / 641); BF16 d256 596 / 610 / 669 / 716 against
+# 559 / 601 / 701 / 730; FP8 d128 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three
+# consumers dealt folds: 650 / - / 788 / 924); FP8 d256 926 / 997 / 1099 / 1148 against 866 / 928 / 1090 / 1166.
+# Folds lose at 64K: dealt whole and round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of
+# 132), which the hardware's deal of one CTA per work tile, longest first, avoids.
 SHORT_CAUSAL = {
     (128, False): {"block_n": 128, "fold": True},
     (256, False): {"fold": True},

@@ -28,6 +28,24 @@ def ptxas_report(tmp_path_factory):
     return {text.split("'", 1)[0]: text for text in kernels}
 
 
+# A q pointer no tensor map accepts: the C entries answer -2 for settings they have no kernel for before making the
+# maps, and -1 (the map of q) for those they have, with or without a GPU.
+MISALIGNED_Q = 8
+
+
+def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0):
+    """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number)."""
+    return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, causal,
+                                             attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, fold, None)
+
+
+def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
+    """The FP8 C entry's answer for these settings on MISALIGNED_Q."""
+    return cuda_build.load().fa3fp8_attn_fp8_fwd(MISALIGNED_Q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128,
+                                                 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
+                                                 cluster, fold, None)
+
+
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
@@ -75,7 +93,6 @@ def test_wgmma_is_not_serialized(ptxas_report):
 def test_default_settings_launch_variants_the_library_builds():
     # each default (best_settings for long and short sequences, the head dim's tiles, and cluster_for's pairs) gets as
     # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel)
-    lib = cuda_build.load()
     for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 4096)):
         settings = attention_sm90.best_settings(d, fp8, causal, keys)
         fold = int(settings.get("fold", False))
@@ -83,13 +100,10 @@ def test_default_settings_launch_variants_the_library_builds():
         consumers = settings.get("consumers", 2)
         block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
         cluster = attention_sm90.cluster_for(d, fp8, causal, loop, consumers, block_n)
-        loop_id = attention_sm90.LOOPS[loop]
         if fp8:
-            code = lib.fa3fp8_attn_fp8_fwd(8, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0, int(causal),
-                                           loop_id, consumers, block_n, 1, cluster, fold, None)
+            code = entry_fp8(d, loop, consumers, block_n, cluster, int(causal), fold)
         else:
-            code = lib.fa3fp8_attn_fwd(8, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, int(causal), loop_id, block_n,
-                                       1, cluster, fold, None)
+            code = entry_16bit(d, loop, block_n, cluster, int(causal), fold)
         assert code == -1, (d, fp8, causal, keys)
     assert attention_sm90.cluster_for(128, False, True, "overlap", 2, 176) == 1  # causal: never pairs
     assert attention_sm90.cluster_for(128, False, False, "overlap", 2, 128) == 1  # pairs take the default tiles
@@ -154,13 +168,8 @@ def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
 @needs_nvcc
 def test_16bit_entry_point_checks_its_settings_before_any_launch():
     """The C entry answers -2 for a (head dim, loop, block_n) it has no kernel for; a supported one gets as far as the
-    tensor maps, which a misaligned q pointer makes fail (-1) before anything launches, with or without a GPU."""
-    lib = cuda_build.load()
-    misaligned_q = 8
-
-    def entry(d, loop, block_n, cluster=1, causal=0, fold=0):
-        return lib.fa3fp8_attn_fwd(misaligned_q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, causal,
-                                   attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, fold, None)
+    tensor maps (-1 on MISALIGNED_Q) before anything launches."""
+    entry = entry_16bit
 
     assert entry(64, "overlap", 176) == -2
     assert entry(128, "overlap", 130) == -2
@@ -188,13 +197,7 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
 def test_fp8_entry_point_checks_its_settings_before_any_launch():
     """As above for the FP8 entry: -2 for settings it has no kernel for, -1 (the misaligned q8's tensor map) for
     those it has."""
-    lib = cuda_build.load()
-    misaligned_q = 8
-
-    def entry(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
-        return lib.fa3fp8_attn_fp8_fwd(misaligned_q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128, 1.0,
-                                       causal, attention_sm90.LOOPS[loop], consumers, block_n, 1, cluster, fold,
-                                       None)
+    entry = entry_fp8
 
     assert entry(64, "overlap", 2, 128) == -2
     assert entry(256, "serial", 3, 128) == -2  # three consumers: d128 only
