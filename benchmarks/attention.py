@@ -302,6 +302,8 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
     ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},  # no causal mask (FULL_ONLY)
+    ("cuda-overlap-nosplit", False): {"loop": "overlap", "split": False},  # a last round not split (FULL_ONLY)
+    ("cuda-overlap-pairs-nosplit", False): {"loop": "overlap", "cluster": 2, "split": False},
     ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY), d256 (D256_ONLY)
     ("cuda-overlap-128-fold", False): {"loop": "overlap", "block_n": 128, "fold": True},
     ("triton", True): None,
@@ -311,12 +313,15 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-256", True): {"loop": "serial", "block_n": 256},
     ("cuda-overlap-pairs", True): {"loop": "overlap", "cluster": 2},
     ("cuda-serial-3wg-pairs", True): {"loop": "serial", "consumers": 3, "cluster": 2},
+    ("cuda-overlap-pairs-nosplit", True): {"loop": "overlap", "cluster": 2, "split": False},
+    ("cuda-serial-3wg-pairs-nosplit", True): {"loop": "serial", "consumers": 3, "cluster": 2, "split": False},
     ("cuda-overlap-fold", True): {"loop": "overlap", "fold": True},
 }
 D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-fold", False), ("cuda-serial-3wg", True),
-             ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True)}
+             ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
-FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs")
+FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
+             "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
@@ -352,13 +357,15 @@ def settings_runner(extra, fp8, q, k, v, bundles, causal):
                 b.q_scale, b.k_scale, b.v_scale, b.cu_blocks_q, b.cu_blocks_k)
         if extra is None:
             return lambda: attention_fwd(*args, torch.bfloat16)[0]
-        return lambda: attention_sm90.attention_fp8_fwd_sm90(*args, b.block_m, torch.bfloat16, **extra)[0]
+        return lambda: attention_sm90.attention_fp8_fwd_sm90(*args, b.block_m, torch.bfloat16,
+                                                             max_seqlen_k=b.max_seqlen_k, **extra)[0]
     (batch, seqlen), heads, kv_heads = q.shape[:2], q.shape[2], k.shape[2]
     cu = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=q.device)
     qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
     if extra is None:
         return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
-    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, **extra)[0]
+    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, max_seqlen_k=seqlen,
+                                                     **extra)[0]
 
 
 def kernel_cases(args):

@@ -196,7 +196,8 @@ def attention_fwd(
     are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N); with `v_permuted` (V's keys
     in the CUDA kernel's order) the CUDA kernel runs, else this one. Returns out (Tq, H, D) and lse (H, Tq) fp32,
     and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning; `max_seqlen_k`
-    (the longest sequence's keys, when known) picks the CUDA kernel's settings for short causal attention."""
+    (the longest sequence's keys, when known) picks the CUDA kernel's settings for short causal attention and sizes
+    its split of a last round."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
@@ -211,12 +212,14 @@ def attention_fwd(
             raise RuntimeError(f"V is key-permuted for the CUDA kernel, which is not available for head dim {d}")
         out, lse = attention_sm90.attention_fp8_fwd_sm90(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
-            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16, **(best or {}),
+            q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16,
+            max_seqlen_k=max_seqlen_k, **(best or {}),
         )
         return out, lse, None
     if choice == "cuda" and not is_fp8 and attention_sm90.supported_16bit(q, k, v):
         out, lse = attention_sm90.attention_fwd_sm90(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, **(best or {})
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, max_seqlen_k=max_seqlen_k,
+            **(best or {}),
         )
         return out, lse, None
     out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)

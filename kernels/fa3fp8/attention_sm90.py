@@ -8,7 +8,8 @@ for short sequences): a producer warpgroup streams Q and a ring of K/V tiles thr
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
 blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
-take packed Q, K, V as they are.
+take packed Q, K, V as they are. Without a causal mask, a persistent launch whose last round would leave CTAs idle
+splits that round's work tiles along the keys over every CTA and merges the parts in a second kernel (`split`).
 """
 
 import torch
@@ -49,6 +50,10 @@ SHORT_CAUSAL = {
 # 685 / 706 / 735 (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128
 # three consumers 839 / 882 / 944 against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
+# The split of a last round (`split`, csrc/attn_sm90.cu's plan_split) against none, H200, session 12, TFLOPS, medians
+# of 3 interleaved rounds at S 4K / 16K / 64K without a causal mask, the defaults: BF16 d128 pairs 579 / 627 / 644
+# against 567 / 621 / 648, BF16 d256 679 / 715 / 741 against 671 / 712 / 723, FP8 d128 three consumers in pairs
+# 819 / 891 / 939 against 818 / 881 / 932, FP8 d256 pairs 1046 / 1172 / 1203 against 1050 / 1130 / 1181.
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -128,6 +133,15 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
+def _split_workspace(device, d: int, block_m: int, causal: bool, split: bool) -> torch.Tensor:
+    """The workspace where a launch without a causal mask may split its last round along the keys
+    (csrc/attn_sm90.cu, plan_split): 2 x SMs segments of block_m rows of O and lse in fp32. Empty (a null pointer:
+    never split) for causal launches and when `split` is off."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    size = 0 if causal or not split else 2 * sms * block_m * (d + 1)
+    return torch.empty(size, dtype=torch.float32, device=device)
+
+
 def _check(code: int) -> None:
     if code == 0:
         return
@@ -143,7 +157,7 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, fold=False,
+    cluster=None, fold=False, max_seqlen_k=None, split=True,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
@@ -151,8 +165,9 @@ def attention_fp8_fwd_sm90(
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
     without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
-    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL). Returns out (Tq, H, D) in out_dtype and lse
-    (H, Tq) fp32."""
+    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL); `split`: without a causal mask, let the kernel split
+    a last round that would leave CTAs idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an
+    upper bound) sizes those parts. Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
@@ -162,24 +177,25 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
+    workspace = _split_workspace(q8.device, d, 64 * consumers, causal, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n,
-        int(out_dtype == torch.bfloat16), cluster, int(fold),
-        torch.cuda.current_stream(q8.device).cuda_stream,
+        q_block, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k, softmax_scale * LOG2E, int(causal),
+        LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
+        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       block_n=None, cluster=None, fold=False):
+                       block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
     the default tiles without a causal mask; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
-    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128). Returns out (Tq, H, D) in
-    q's dtype and lse (H, Tq) fp32."""
+    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and
+    `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
@@ -190,10 +206,11 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    workspace = _split_workspace(q.device, d, 128, causal, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
-        batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, int(fold),
-        torch.cuda.current_stream(q.device).cuda_stream,
+        batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,
+        softmax_scale * LOG2E, int(causal), LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, int(fold),
+        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -85,13 +85,17 @@ def load() -> ctypes.CDLL:
 def open_library(path: Path) -> ctypes.CDLL:
     """A built kernel library, its C functions given their argument types."""
     lib = ctypes.CDLL(str(path))
-    p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
     lib.fa3fp8_attn_fp8_fwd.restype = i
-    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 11 + [f] + [i] * 7 + [p]
+    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 12 + [f] + [i] * 7 + [p, i64, p]
     lib.fa3fp8_attn_fwd.restype = i
-    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 7 + [f] + [i] * 6 + [p]
+    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 6 + [p, i64, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
+    lib.fa3fp8_split_units.restype = i
+    lib.fa3fp8_split_units.argtypes = [i] * 3
+    lib.fa3fp8_tail_segments.restype = None
+    lib.fa3fp8_tail_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     return lib
 
 

@@ -3,6 +3,7 @@ report: no spills in the default variants, no serialized wgmma), and on a Hopper
 on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel against the reference's FP8 math
 on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttention-3's error rule."""
 
+import ctypes
 import itertools
 import re
 
@@ -35,15 +36,16 @@ MISALIGNED_Q = 8
 
 def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0):
     """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number)."""
-    return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 1.0, causal,
-                                             attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, fold, None)
+    return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 128, 1.0, causal,
+                                             attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, fold, None, 0,
+                                             None)
 
 
 def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
     """The FP8 C entry's answer for these settings on MISALIGNED_Q."""
     return cuda_build.load().fa3fp8_attn_fp8_fwd(MISALIGNED_Q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128,
-                                                 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
-                                                 cluster, fold, None)
+                                                 128, 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
+                                                 cluster, fold, None, 0, None)
 
 
 @needs_nvcc
@@ -54,7 +56,13 @@ def test_builds_every_variant(ptxas_report):
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
     # (dtype x head dim, overlapped, non-causal), and causal folds (dtype x head dim, overlapped; d128 on 128-key
     # tiles)
-    assert len(ptxas_report) == 24 + 6 + 4 + 16 + 4 + 4 + 4
+    kernels = [name for name in ptxas_report if "attn_fwd" in name]
+    assert len(kernels) == 24 + 6 + 4 + 16 + 4 + 4 + 4
+    # the tail split's merge: one per (head dim, rows, keys per tile, cluster) of the launches without a causal mask,
+    # whatever the input type (FP8 d128's and BF16's 128-row, 128-key tiles share one), x output dtype
+    merges = [name for name in ptxas_report if "merge_segments" in name]
+    assert len(merges) == 11 * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert all(" 0 bytes spill stores" in ptxas_report[name] for name in merges)
 
 
 TEMPLATE = re.compile(
@@ -70,6 +78,8 @@ def test_default_variants_have_no_spills(ptxas_report):
     checked = 0
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
+        if t is None:  # merge_segments
+            continue
         d, fp8 = int(t["d"]), t["type"] == "E4M3E"
         default_loop = int(t["loop"]) == attention_sm90.LOOPS[attention_sm90.LOOP[(d, fp8)]]
         if t["consumers"] == "2" and default_loop and (not fp8 or t["block_n"] == "128"):
@@ -221,6 +231,45 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, "overlap", 2, 128, causal=1, fold=1) == -1, d
 
 
+@needs_nvcc
+def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
+    split_units = cuda_build.load().fa3fp8_split_units
+    assert split_units(1056, 66, 94) == 0  # whole rounds
+    assert split_units(1024, 66, 94) == 34  # S16K BF16 d128 in pairs: 15 rounds and 34 of 66 pairs
+    assert split_units(16, 132, 100) == 16  # fewer units than CTAs
+    assert split_units(252, 132, 12) == 0  # a segment of 11 of 12 key tiles saves too little
+    assert split_units(252, 132, 40) == 0  # 120 of 132: 37 of 40 key tiles
+    assert split_units(140, 132, 40) == 8
+
+
+def tail_segments(units, key_tiles, grid, cluster):
+    """The C library's tail split (fa3fp8_tail_segments): (share, unit, begin, end) of each segment, and each unit's
+    (first, last) share, those the merge reads."""
+    shares = grid // cluster
+    unit, begin, end = ((ctypes.c_int * (2 * shares))() for _ in range(3))
+    first, last = ((ctypes.c_int * units)() for _ in range(2))
+    cuda_build.load().fa3fp8_tail_segments(units, key_tiles, grid, cluster, unit, begin, end, first, last)
+    segments = [(i % shares, unit[i], begin[i], end[i]) for i in range(2 * shares) if unit[i] >= 0]
+    return segments, list(zip(first, last))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("units,key_tiles,grid,cluster",
+                         [(34, 94, 132, 2), (50, 205, 132, 1), (2, 372, 132, 2), (1, 20, 132, 1), (64, 23, 132, 1),
+                          (3, 5, 16, 2), (131, 1000, 132, 1)])
+def test_tail_segments_cover_each_unit_once_in_even_shares(units, key_tiles, grid, cluster):
+    segments, unit_shares = tail_segments(units, key_tiles, grid, cluster)
+    for u, (first, last) in enumerate(unit_shares):
+        ranges = sorted((begin, end) for _, unit, begin, end in segments if unit == u)
+        assert ranges[0][0] == 0 and ranges[-1][1] == key_tiles, u
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), u  # no gap, no overlap
+        covering = sorted(c for c, unit, _, _ in segments if unit == u)
+        assert covering[0] == first and covering[-1] == last, u  # the merge finds them all among first .. last
+    shares = grid // cluster
+    per_share = [sum(end - begin for c, _, begin, end in segments if c == share) for share in range(shares)]
+    assert max(per_share) <= -(-units * key_tiles // shares) and sum(per_share) == units * key_tiles
+
+
 # ------------------------------------------------------------------------------------------ on the GPU
 
 CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, causal
@@ -239,6 +288,11 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
     ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys among a CTA's work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
+    # without a causal mask, fewer work tiles than SMs, or a last round of a few: split along the keys (the kernel's
+    # plan_split), where a sequence shorter than the longest leaves some segments no keys
+    ([1024, 200], [4000, 1500], 4, 2, 128, False),
+    ([2048], [6000], 9, 3, 128, False),
+    ([2048], [6000], 9, 3, 256, False),
 ]
 
 
@@ -338,3 +392,22 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     assert torch.equal(torch.isinf(lse), masked)
     assert (lse.double() - ref_lse)[~masked].abs().max().item() <= 1e-3
     assert (out[masked.T] == 0).all()  # rows that see no key are zeros
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("d", [128, 256])
+def test_split_last_round_changes_only_rounding(d):
+    # 9 heads of 16 row blocks: more work tiles than SMs, the last round a few; split along the keys and merged,
+    # the output moves by rounding only (and does move: the split ran)
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, cu_q = _packed([2048], 9, d, gen)
+    k, cu_k = _packed([6000], 3, d, gen)
+    v, _ = _packed([6000], 3, d, gen)
+    scale = d**-0.5
+    split, split_lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, 2048, scale, False, max_seqlen_k=6000)
+    whole, whole_lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, 2048, scale, False, max_seqlen_k=6000,
+                                                         split=False)
+    assert not torch.equal(split, whole)
+    assert (split.double() - whole.double()).abs().max().item() <= 2**-7
+    assert (split_lse - whole_lse).abs().max().item() <= 1e-4

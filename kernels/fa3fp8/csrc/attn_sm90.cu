@@ -7,7 +7,8 @@
 // below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j)
 // while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
-// and first K/V tiles while the consumers finish the current one.
+// and first K/V tiles while the consumers finish the current one. Without a causal mask, a last round that would
+// leave CTAs idle is split along the keys over all of them, and merge_segments combines the parts (Params).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
@@ -58,8 +59,8 @@ using FP16 = Half<__half>;
 enum Loop { SERIAL = 0, OVERLAP = 1 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
-// q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
-// (m_blocks x batch x heads) are set at launch.
+// q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence), work_tiles
+// (m_blocks x batch x heads) and the tail split (see work_tile) are set at launch.
 struct Params {
   void* out;
   float* lse;
@@ -79,6 +80,18 @@ struct Params {
   float qk_scale_log2;
   int m_blocks;
   int work_tiles;
+  // Tail split (persistent launches without a causal mask): the work tiles from split_from on, split_units work units
+  // (a CTA's work tile, or a pair's two) that would leave most CTAs idle in a last round, are cut along their
+  // key_tiles key tiles into 2 x grid segments, the parts that each of the grid CTAs takes of their
+  // split_units x key_tiles tile iterations; a segment's normalized O and lse go to split_o / split_lse, and
+  // merge_segments combines them. split_from = work_tiles: nothing is split.
+  float* split_o;
+  float* split_lse;
+  int split_from;
+  int split_units;
+  int key_tiles;
+  int grid;
+  int work_items;  // work tiles before split_from, then 2 x grid segments
 };
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
@@ -468,8 +481,10 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 // ------------------------------------------------------------------------------------------ the kernel
 
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
+// A segment of the tail split runs key tiles j0 .. n_tiles - 1 and writes its partial result to slot `split`;
+// a whole work tile has j0 = 0 and split = -1.
 struct WorkTile {
-  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles;
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, j0, split;
 };
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
@@ -479,7 +494,7 @@ struct WorkTile {
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
 // for every f, so that CTAs dealt whole folds round-robin get equal work.
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
-__device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
+__device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
   const int m_blk = !CAUSAL ? rank
                     : FOLD  ? (rank % 2 == 0 ? p.m_blocks - 1 - rank / 2 : rank / 2)
@@ -497,6 +512,39 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
   const int hi = CAUSAL ? max(min(t.seqlen_k, t.m0 + BLOCK_M + t.diag), 0) : t.seqlen_k;
   t.n_full = (CAUSAL ? max(min(t.seqlen_k, t.m0 + 1 + t.diag), 0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
+  t.j0 = 0;
+  t.split = -1;
+  return true;
+}
+
+// The tail split's iterations (the split units' key tiles, unit after unit) are dealt in even, contiguous shares
+// to the p.grid / CLUSTER CTAs (pairs). A share is at most one unit long (fewer split units than shares), so it
+// touches one unit or two: its segments 0 and 1. Segment seg of share c is key tiles [begin, end) of split unit
+// `unit`; false when the share has no such segment.
+template <int CLUSTER>
+__host__ __device__ __forceinline__ bool tail_segment(const Params& p, int c, int seg, int& unit, int& begin,
+                                                      int& end) {
+  const long long n = p.key_tiles, total = (long long)p.split_units * n, shares = p.grid / CLUSTER;
+  const long long lo = c * total / shares, hi = (c + 1) * total / shares, u = lo / n + seg;
+  const long long b = lo > u * n ? lo : u * n, e = hi < (u + 1) * n ? hi : (u + 1) * n;
+  unit = (int)u, begin = (int)(b - u * n), end = (int)(e - u * n);
+  return b < e;
+}
+
+// Work item w of this CTA's loop: work tile w before p.split_from; after it, segment x = w - p.split_from = seg x
+// grid + cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair.
+// False when the item has no rows (varlen) or the share no segment `seg`.
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
+__device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
+  if (CAUSAL || w < p.split_from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
+  const int x = w - p.split_from, cta = x % p.grid;
+  int unit, begin, end;
+  if (!tail_segment<CLUSTER>(p, cta / CLUSTER, x / p.grid, unit, begin, end) ||
+      !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, p.split_from + unit * CLUSTER + cta % CLUSTER, t))
+    return false;
+  t.j0 = min(begin, t.n_tiles);  // a sequence shorter than the longest has fewer key tiles
+  t.n_tiles = min(end, t.n_tiles);
+  t.split = x;
   return true;
 }
 
@@ -562,7 +610,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = first_work<FOLD>(); w < p.work_tiles; w = next_work<FOLD>(w)) {
+    for (int w = first_work<FOLD>(); w < p.work_items; w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
@@ -586,8 +634,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           copy(tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL, map, t.hk * ROW_BYTES + pn * PANEL,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
-      for (int j = 0; j < t.n_tiles; ++j) {
-        const int g = tiles + j, s = g % STAGES;
+      for (int j = t.j0; j < t.n_tiles; ++j) {
+        const int g = tiles + j - t.j0, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
         if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
         mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
@@ -602,7 +650,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
       }
-      tiles += t.n_tiles;
+      tiles += t.n_tiles - t.j0;
       ++items;
     }
     if constexpr (CLUSTER == 2) {
@@ -623,12 +671,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD>(); w < p.work_tiles; w = next_work<FOLD>(w)) {
+  for (int w = first_work<FOLD>(); w < p.work_items; w = next_work<FOLD>(w)) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
-    const int n_tiles = t.n_tiles;
+    const int j0 = t.j0, n_tiles = t.n_tiles;  // key tiles j0 .. n_tiles - 1
     float qk_scale = p.qk_scale_log2;
     const float* k_scale = nullptr;  // FP8: this sequence's per-block K and V scales, kv_blocks of them
     const float* v_scale = nullptr;
@@ -659,7 +707,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if constexpr (E::FP8) {
       v_max = 0.f;
       const int blocks = SB == 1 ? n_tiles : min(n_tiles * SB, kv_blocks);
-      for (int blk = lane; blk < blocks; blk += 32) v_max = fmaxf(v_max, v_scale[blk]);
+      for (int blk = j0 * SB + lane; blk < blocks; blk += 32) v_max = fmaxf(v_max, v_scale[blk]);
 #pragma unroll
       for (int width = 16; width > 0; width /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, width));
     }
@@ -700,8 +748,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       if (moved) scale_o<D>(o, alpha);
     };
     // ring slot and phase of this work tile's K/V tile j
-    auto slot = [&](int j) { return (tiles + j) % STAGES; };
-    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
+    auto slot = [&](int j) { return (tiles + j - j0) % STAGES; };
+    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j - j0) / STAGES) & 1); };
     auto release = [&](uint64_t* empty, int j) {
       if (lane == 0) {
         mbar_arrive(&empty[slot(j)]);
@@ -744,15 +792,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
 
     if (LOOP == OVERLAP) {
-      if (n_tiles > 0) {
+      if (n_tiles > j0) {
         float ks[SB], vs[SB];
-        scales(0, ks, vs);
-        qk_alone(0);
-        softmax_tile(0, ks, vs);
+        scales(j0, ks, vs);
+        qk_alone(j0);
+        softmax_tile(j0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      for (int j = 1; j < n_tiles; ++j) {
+      for (int j = j0 + 1; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
@@ -774,9 +822,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0) pv_alone(n_tiles - 1);
+      if (n_tiles > j0) pv_alone(n_tiles - 1);
     } else {
-      for (int j = 0; j < n_tiles; ++j) {
+      for (int j = j0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         qk_alone(j);
@@ -786,9 +834,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
+    if ((CLUSTER == 2 || n_tiles == j0) && lane == 0) mbar_arrive(&sm.q_empty);  // no key tiles: Q was never read
 
-    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf
+    // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
+    // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -797,7 +846,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       l += __shfl_xor_sync(0xffffffff, l, 2);
       const int row = row0 + 8 * i;
       const float inv = l == 0.f ? 0.f : v_max / l;
-      if (row < t.seqlen_q) {
+      auto lse = [&]() { return (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f; };
+      const bool whole = CAUSAL || t.split < 0;
+      if (row < t.seqlen_q && whole) {
         OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
         for (int nb = 0; nb < D / 128; ++nb)
@@ -807,14 +858,98 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             *reinterpret_cast<uint32_t*>(out + col) =
                 pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
           }
-        if (tq == 0)
-          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
-              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse();
+      } else if (row < t.seqlen_q) {
+        const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
+        float* out = p.split_o + at * D;
+#pragma unroll
+        for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+          for (int c8 = 0; c8 < 16; ++c8)
+            *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
+                make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+        if (tq == 0) p.split_lse[at] = lse();
       }
     }
-    tiles += n_tiles;
+    tiles += n_tiles - j0;
     ++items;
   }
+}
+
+constexpr int MAX_SPLIT_CTAS = 512;  // CTAs of a launch that may split its tail (merge_segments' slot list)
+constexpr int MERGE_ROWS = 8;        // rows per CTA of merge_segments, a warp each
+
+// The shares whose segments cover split unit `unit`: first .. last (some may be empty, when there are fewer
+// iterations than shares). The share holding iteration i is the last c with c x total / shares <= i.
+template <int CLUSTER>
+__host__ __device__ __forceinline__ void unit_shares(const Params& p, int unit, int& first, int& last) {
+  const long long n = p.key_tiles, total = (long long)p.split_units * n, shares = p.grid / CLUSTER;
+  first = (int)(((unit * n + 1) * shares - 1) / total);
+  last = (int)((((unit + 1) * n) * shares - 1) / total);
+}
+
+// The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
+// workspace slots of the segments of the tile's unit; each row's O is then its segments' O weighted by
+// exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns of each segment.
+template <int D, int BLOCK_M, int BLOCK_N, int CLUSTER, typename OutT>
+__global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p) {
+  constexpr int COLS = D / 32;
+  __shared__ int slots[MAX_SPLIT_CTAS + 1];
+  __shared__ int n_slots;
+  const int unit = blockIdx.x / CLUSTER, rank = blockIdx.x % CLUSTER, lane = threadIdx.x % 32;
+  WorkTile t;
+  if (!tile_at<BLOCK_M, BLOCK_N, false, CLUSTER, false>(p, p.split_from + blockIdx.x, t) ||
+      t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
+    return;
+  if (threadIdx.x < 32) {
+    int first, last, count = 0;
+    unit_shares<CLUSTER>(p, unit, first, last);
+    for (int base = first; base <= last; base += 32) {
+      const int c = base + lane;
+      int u, begin, end, seg = -1;  // the segment of share c on this unit, if any
+      if (c <= last && tail_segment<CLUSTER>(p, c, 0, u, begin, end) && u == unit)
+        seg = 0;
+      else if (c <= last && tail_segment<CLUSTER>(p, c, 1, u, begin, end) && u == unit)
+        seg = 1;
+      const bool mine = seg >= 0;
+      const unsigned ballot = __ballot_sync(0xffffffff, mine);
+      if (mine) slots[count + __popc(ballot & ((1u << lane) - 1))] = seg * p.grid + c * CLUSTER + rank;
+      count += __popc(ballot);
+    }
+    if (lane == 0) n_slots = count;
+  }
+  __syncthreads();
+  const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
+  if (row >= t.seqlen_q) return;
+  const float* lse = p.split_lse + r;  // segment x's lse at lse[x * BLOCK_M]
+  float m = -INFINITY;
+  for (int k = lane; k < n; k += 32) m = fmaxf(m, lse[(size_t)slots[k] * BLOCK_M]);
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, width));
+  float acc[COLS] = {}, sum = 0.f;
+  for (int base = 0; m != -INFINITY && base < n; base += 32) {
+    const float w_lane = base + lane < n ? __expf(lse[(size_t)slots[base + lane] * BLOCK_M] - m) : 0.f;
+    sum += w_lane;
+#pragma unroll 4
+    for (int k = 0; k < min(32, n - base); ++k) {
+      const float w = __shfl_sync(0xffffffff, w_lane, k);
+      const float4* o = reinterpret_cast<const float4*>(
+          p.split_o + ((size_t)slots[base + k] * BLOCK_M + r) * D + lane * COLS);
+#pragma unroll
+      for (int c4 = 0; c4 < COLS / 4; ++c4) {
+        const float4 v = o[c4];
+        acc[4 * c4] += w * v.x, acc[4 * c4 + 1] += w * v.y, acc[4 * c4 + 2] += w * v.z, acc[4 * c4 + 3] += w * v.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffff, sum, width);
+  const float inv = sum == 0.f ? 0.f : 1.f / sum;
+  OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D + lane * COLS;
+#pragma unroll
+  for (int c2 = 0; c2 < COLS / 2; ++c2)
+    reinterpret_cast<uint32_t*>(out)[c2] = pack_half2<OutT>(acc[2 * c2] * inv, acc[2 * c2 + 1] * inv);
+  if (lane == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = sum == 0.f ? -INFINITY : m + logf(sum);
 }
 
 // ------------------------------------------------------------------------------------------ host side
@@ -851,13 +986,56 @@ struct Launch {
   Params p;
   int batch;
   int max_seqlen_q;
+  int max_seqlen_k;
+  float* workspace;  // the tail split's segments (see split_workspace_bytes); null: never split
+  size_t workspace_bytes;
   cudaStream_t stream;
 };
+
+// Bytes of the tail split's workspace for a launch of `ctas` CTAs of BLOCK_M rows: 2 x ctas segments of O (fp32)
+// and lse. The Python launcher allocates it for the device's SM count (attention_sm90.split_workspace_bytes).
+template <int BLOCK_M, int D>
+constexpr size_t split_workspace_bytes(int ctas) {
+  return 2 * (size_t)ctas * BLOCK_M * (D + 1) * sizeof(float);
+}
+
+// Fewest key tiles that splitting must take off a tail unit's time: it pays each segment's fixed cost (its first
+// Q·Kᵀ and softmax alone, its last P·V, the epilogue: ~2 tile iterations) twice and the merge's launch.
+constexpr int SPLIT_MIN_SAVING = 8;
+
+// The work units (a CTA's work tile, or a pair's two) of a launch's last round to split along their key_tiles key
+// tiles over `shares` resident CTAs (pairs), or 0: the last round then takes ceil(units x key_tiles / shares) tile
+// iterations instead of key_tiles, worth it when that saves SPLIT_MIN_SAVING.
+int split_units(int units, int shares, int key_tiles) {
+  const int tail = units % shares;
+  const long long share = ((long long)tail * key_tiles + shares - 1) / shares;
+  return tail > 0 && key_tiles - share >= SPLIT_MIN_SAVING ? tail : 0;
+}
+
+// The tail split (Params) of a persistent launch without a causal mask on `ctas` CTAs, where split_units finds one
+// and the workspace holds it. Returns whether it splits.
+template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER>
+bool plan_split(Params& p, const Launch& l, int ctas) {
+  const int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
+  const int tail = split_units(p.work_tiles / CLUSTER, ctas / CLUSTER, key_tiles);
+  if (l.workspace == nullptr || split_workspace_bytes<BLOCK_M, D>(ctas) > l.workspace_bytes || ctas > MAX_SPLIT_CTAS ||
+      tail == 0)
+    return false;
+  p.split_o = l.workspace;
+  p.split_lse = l.workspace + 2 * (size_t)ctas * BLOCK_M * D;
+  p.split_from = p.work_tiles - tail * CLUSTER;
+  p.split_units = tail;
+  p.key_tiles = key_tiles;
+  p.grid = ctas;
+  p.work_items = p.split_from + 2 * ctas;
+  return true;
+}
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
           int CLUSTER = 1, bool FOLD = false>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
+  constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
   constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 B
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
@@ -867,6 +1045,7 @@ cudaError_t launch(const Launch& l) {
   constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
+  p.split_from = p.work_items = p.work_tiles;
   if (p.work_tiles == 0) return cudaSuccess;
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
@@ -875,34 +1054,40 @@ cudaError_t launch(const Launch& l) {
   // lets the hardware deal them in order, head by head and longest first. FOLD instead deals persistent CTAs whole
   // folds (a long and a short row block of one head, equal work for every fold).
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(THREADS);
+  config.gridDim = dim3(grid);
+  config.dynamicSmemBytes = smem;
+  config.stream = l.stream;
+  config.attrs = &cluster;
+  config.numAttrs = CLUSTER == 2 ? 1 : 0;
   if constexpr (!CAUSAL || FOLD) {
-    int device, sms;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-      return err;
-    grid = min(grid, sms);
+    // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
+    // one out)
+    int ctas;
+    if constexpr (CLUSTER == 1) {
+      int device;
+      if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+          (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+        return err;
+    } else {
+      if ((err = cudaOccupancyMaxActiveClusters(&ctas, kernel, &config)) != cudaSuccess) return err;
+      if (ctas == 0) return cudaErrorInvalidConfiguration;
+      ctas *= CLUSTER;
+    }
+    grid = min(grid, ctas);
+    if constexpr (!CAUSAL)
+      if (plan_split<BLOCK_M, BLOCK_N, D, CLUSTER>(p, l, ctas)) grid = ctas;
   }
-  if constexpr (CLUSTER == 1) {
-    kernel<<<grid, 128 * (CONSUMERS + 1), smem, l.stream>>>(l.q, l.k, l.v, p);
-    return cudaGetLastError();
-  } else {
-    // as many pairs as can be resident at once (a GPC with an odd number of free SMs leaves one out)
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.blockDim = dim3(128 * (CONSUMERS + 1));
-    config.gridDim = dim3(grid);
-    config.dynamicSmemBytes = smem;
-    config.stream = l.stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int pairs;
-    if ((err = cudaOccupancyMaxActiveClusters(&pairs, kernel, &config)) != cudaSuccess) return err;
-    if (pairs == 0) return cudaErrorInvalidConfiguration;
-    config.gridDim = dim3(min(grid / CLUSTER, pairs) * CLUSTER);
-    return cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p);
-  }
+  config.gridDim = dim3(grid);
+  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p)) != cudaSuccess) return err;
+  if (p.split_from == p.work_tiles) return cudaSuccess;
+  const dim3 merge_grid(p.work_tiles - p.split_from, BLOCK_M / MERGE_ROWS);
+  merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, OutT><<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p);
+  return cudaGetLastError();
 }
 
 // the causal flag and the loop as template arguments; an unknown loop gives -2
@@ -972,13 +1157,15 @@ extern "C" {
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (no causal mask, 128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
-// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile.
+// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile. workspace: split_workspace_bytes
+// for the device's SM count, where the last round of a launch without a causal mask may be split along the keys
+// (Params, tail split); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                        int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, float qk_scale_log2,
-                        int causal, int loop, int consumers, int block_n, int out_bf16, int cluster, int fold,
-                        void* stream) {
+                        int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, int max_seqlen_k,
+                        float qk_scale_log2, int causal, int loop, int consumers, int block_n, int out_bf16,
+                        int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
@@ -994,6 +1181,9 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
+  l.max_seqlen_k = max_seqlen_k;
+  l.workspace = static_cast<float*>(workspace);
+  l.workspace_bytes = workspace_bytes;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
@@ -1012,11 +1202,12 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
 // CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask); fold: 1 runs causal attention
-// in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile. Returns as above.
+// in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above.
+// Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, float qk_scale_log2, int causal, int loop, int block_n, int bf16, int cluster,
-                    int fold, void* stream) {
+                    int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
+                    int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
   if (d != 128 && d != 256) return -2;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
@@ -1033,6 +1224,9 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
                0,   0,   0,       qk_scale_log2};
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
+  l.max_seqlen_k = max_seqlen_k;
+  l.workspace = static_cast<float*>(workspace);
+  l.workspace_bytes = workspace_bytes;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, fold != 0, l)
@@ -1040,5 +1234,28 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+// The tail split's rules, for tests without a GPU: split_units; and of a split of `units` units of `key_tiles` key
+// tiles over `grid` CTAs in clusters of `cluster`, each share's segments (unit -1: none) at [seg x shares + c] and
+// each unit's shares (unit_shares) at [unit].
+int fa3fp8_split_units(int units, int shares, int key_tiles) { return split_units(units, shares, key_tiles); }
+
+void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* unit, int* begin, int* end,
+                          int* first, int* last) {
+  Params p = {};
+  p.split_units = units, p.key_tiles = key_tiles, p.grid = grid;
+  const int shares = grid / cluster;
+  for (int i = 0; i < 2 * shares; ++i) {
+    const bool some = cluster == 2 ? tail_segment<2>(p, i % shares, i / shares, unit[i], begin[i], end[i])
+                                   : tail_segment<1>(p, i % shares, i / shares, unit[i], begin[i], end[i]);
+    if (!some) unit[i] = -1;
+  }
+  for (int u = 0; u < units; ++u) {
+    if (cluster == 2)
+      unit_shares<2>(p, u, first[u], last[u]);
+    else
+      unit_shares<1>(p, u, first[u], last[u]);
+  }
+}
 
 }  // extern "C"
