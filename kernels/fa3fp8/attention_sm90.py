@@ -9,7 +9,8 @@ runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V 
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
 blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
 take packed Q, K, V as they are. Without a causal mask, a persistent launch whose last round would leave CTAs idle
-splits that round's work tiles along the keys over every CTA and merges the parts in a second kernel (`split`).
+splits that round's work tiles along the keys over every CTA and merges the parts in a second kernel (`split`;
+SPLITS_TAIL).
 """
 
 import torch
@@ -50,10 +51,12 @@ SHORT_CAUSAL = {
 # 685 / 706 / 735 (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128
 # three consumers 839 / 882 / 944 against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
-# The split of a last round (`split`, csrc/attn_sm90.cu's plan_split) against none, H200, session 12, TFLOPS, medians
-# of 3 interleaved rounds at S 4K / 16K / 64K without a causal mask, the defaults: BF16 d128 pairs 579 / 627 / 644
-# against 567 / 621 / 648, BF16 d256 679 / 715 / 741 against 671 / 712 / 723, FP8 d128 three consumers in pairs
-# 819 / 891 / 939 against 818 / 881 / 932, FP8 d256 pairs 1046 / 1172 / 1203 against 1050 / 1130 / 1181.
+# (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
+# attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
+# code in it). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session 11's kernels, alternating
+# rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892
+# at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K.
+SPLITS_TAIL = {(128, False), (128, True), (256, True)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -133,12 +136,12 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
-def _split_workspace(device, d: int, block_m: int, causal: bool, split: bool) -> torch.Tensor:
+def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, split: bool) -> torch.Tensor:
     """The workspace where a launch without a causal mask may split its last round along the keys
     (csrc/attn_sm90.cu, plan_split): 2 x SMs segments of block_m rows of O and lse in fp32. Empty (a null pointer:
-    never split) for causal launches and when `split` is off."""
+    never split) for causal launches, kernels that do not split (SPLITS_TAIL) and when `split` is off."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    size = 0 if causal or not split else 2 * sms * block_m * (d + 1)
+    size = 2 * sms * block_m * (d + 1) if split and not causal and (d, fp8) in SPLITS_TAIL else 0
     return torch.empty(size, dtype=torch.float32, device=device)
 
 
@@ -177,7 +180,7 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, 64 * consumers, causal, split)
+    workspace = _split_workspace(q8.device, d, True, 64 * consumers, causal, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
@@ -206,7 +209,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, 128, causal, split)
+    workspace = _split_workspace(q.device, d, False, 128, causal, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,

@@ -58,11 +58,14 @@ def test_builds_every_variant(ptxas_report):
     # tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
     assert len(kernels) == 24 + 6 + 4 + 16 + 4 + 4 + 4
-    # the tail split's merge: one per (head dim, rows, keys per tile, cluster) of the launches without a causal mask,
-    # whatever the input type (FP8 d128's and BF16's 128-row, 128-key tiles share one), x output dtype
+    # the tail split's merge: one per (head dim, rows, keys per tile, cluster) of the launches without a causal mask
+    # that split (attention_sm90.SPLITS_TAIL: FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is FP8's
+    # too), x output dtype
     merges = [name for name in ptxas_report if "merge_segments" in name]
-    assert len(merges) == 11 * 2 and len(merges) + len(kernels) == len(ptxas_report)
-    assert all(" 0 bytes spill stores" in ptxas_report[name] for name in merges)
+    assert len(merges) == 9 * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert not any("Li256ELi128ELi80E" in name for name in merges)  # BF16/FP16 d256 never splits
+    for name in merges:  # at most the register that 1 / sum's slow path saves around its call
+        assert int(re.search(r"(\d+) bytes spill stores", ptxas_report[name]).group(1)) <= 4, name
 
 
 TEMPLATE = re.compile(
@@ -396,7 +399,7 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("d", [128])
 def test_split_last_round_changes_only_rounding(d):
     # 9 heads of 16 row blocks: more work tiles than SMs, the last round a few; split along the keys and merged,
     # the output moves by rounding only (and does move: the split ran)

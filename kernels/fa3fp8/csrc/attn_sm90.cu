@@ -59,8 +59,8 @@ using FP16 = Half<__half>;
 enum Loop { SERIAL = 0, OVERLAP = 1 };
 
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
-// q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence), work_tiles
-// (m_blocks x batch x heads) and the tail split (see work_tile) are set at launch.
+// q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
+// (m_blocks x batch x heads) are set at launch.
 struct Params {
   void* out;
   float* lse;
@@ -80,18 +80,21 @@ struct Params {
   float qk_scale_log2;
   int m_blocks;
   int work_tiles;
-  // Tail split (persistent launches without a causal mask): the work tiles from split_from on, split_units work units
-  // (a CTA's work tile, or a pair's two) that would leave most CTAs idle in a last round, are cut along their
-  // key_tiles key tiles into 2 x grid segments, the parts that each of the grid CTAs takes of their
-  // split_units x key_tiles tile iterations; a segment's normalized O and lse go to split_o / split_lse, and
-  // merge_segments combines them. split_from = work_tiles: nothing is split.
-  float* split_o;
-  float* split_lse;
-  int split_from;
-  int split_units;
+};
+
+// Tail split (persistent launches without a causal mask, see plan_split): the work tiles from `from` on, `units` work
+// units (a CTA's work tile, or a pair's two) that would leave CTAs idle in a last round, are cut along their
+// key_tiles key tiles into segments, the parts that each of the `grid` CTAs takes of their units x key_tiles tile
+// iterations; a segment's normalized O and lse go to o / lse, and merge_segments combines them. from = the launch's
+// work_tiles: nothing is split.
+struct TailSplit {
+  float* o;
+  float* lse;
+  int from;
+  int units;
   int key_tiles;
   int grid;
-  int work_items;  // work tiles before split_from, then 2 x grid segments
+  int items;  // work items of a CTA's loop: the work tiles before `from`, then 2 x grid segments
 };
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
@@ -481,10 +484,11 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 // ------------------------------------------------------------------------------------------ the kernel
 
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
-// A segment of the tail split runs key tiles j0 .. n_tiles - 1 and writes its partial result to slot `split`;
-// a whole work tile has j0 = 0 and split = -1.
+// A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
+// and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
+// and split = -1.
 struct WorkTile {
-  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, j0, split;
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
 };
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
@@ -512,38 +516,49 @@ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int hi = CAUSAL ? max(min(t.seqlen_k, t.m0 + BLOCK_M + t.diag), 0) : t.seqlen_k;
   t.n_full = (CAUSAL ? max(min(t.seqlen_k, t.m0 + 1 + t.diag), 0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
-  t.j0 = 0;
+  t.key0 = 0;
   t.split = -1;
   return true;
 }
 
 // The tail split's iterations (the split units' key tiles, unit after unit) are dealt in even, contiguous shares
-// to the p.grid / CLUSTER CTAs (pairs). A share is at most one unit long (fewer split units than shares), so it
+// to the split.grid / CLUSTER CTAs (pairs). A share is at most one unit long (fewer split units than shares), so it
 // touches one unit or two: its segments 0 and 1. Segment seg of share c is key tiles [begin, end) of split unit
 // `unit`; false when the share has no such segment.
+// 32-bit arithmetic: plan_split keeps grid x units x key_tiles below 2^31.
 template <int CLUSTER>
-__host__ __device__ __forceinline__ bool tail_segment(const Params& p, int c, int seg, int& unit, int& begin,
+__host__ __device__ __forceinline__ bool tail_segment(const TailSplit& split, int c, int seg, int& unit, int& begin,
                                                       int& end) {
-  const long long n = p.key_tiles, total = (long long)p.split_units * n, shares = p.grid / CLUSTER;
-  const long long lo = c * total / shares, hi = (c + 1) * total / shares, u = lo / n + seg;
-  const long long b = lo > u * n ? lo : u * n, e = hi < (u + 1) * n ? hi : (u + 1) * n;
-  unit = (int)u, begin = (int)(b - u * n), end = (int)(e - u * n);
+  const int n = split.key_tiles, total = split.units * n, shares = split.grid / CLUSTER;
+  const int lo = c * total / shares, hi = (c + 1) * total / shares, u = lo / n + seg;
+  const int b = lo > u * n ? lo : u * n, e = hi < (u + 1) * n ? hi : (u + 1) * n;
+  unit = u, begin = b - u * n, end = e - u * n;
   return b < e;
 }
 
-// Work item w of this CTA's loop: work tile w before p.split_from; after it, segment x = w - p.split_from = seg x
-// grid + cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair.
-// False when the item has no rows (varlen) or the share no segment `seg`.
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
-__device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
-  if (CAUSAL || w < p.split_from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
-  const int x = w - p.split_from, cta = x % p.grid;
+// Kernels that may split their last round (TailSplit): those without a causal mask, except BF16/FP16 at d256, whose
+// kernel ran 11-13% slower with the split's code in it (H200, session 12: ~750 more instructions outside the loop,
+// the loop itself unchanged; not profiled further).
+template <class E, int D, bool CAUSAL>
+__host__ __device__ constexpr bool splits_tail() {
+  return !CAUSAL && (E::FP8 || D == 128);
+}
+
+// Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
+// cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair. False
+// when the item has no rows (varlen) or the share no segment `seg`.
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
+__device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
+  if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
+  const int x = w - split.from, cta = x % split.grid;
   int unit, begin, end;
-  if (!tail_segment<CLUSTER>(p, cta / CLUSTER, x / p.grid, unit, begin, end) ||
-      !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, p.split_from + unit * CLUSTER + cta % CLUSTER, t))
+  if (!tail_segment<CLUSTER>(split, cta / CLUSTER, x / split.grid, unit, begin, end) ||
+      !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + unit * CLUSTER + cta % CLUSTER, t))
     return false;
-  t.j0 = min(begin, t.n_tiles);  // a sequence shorter than the longest has fewer key tiles
-  t.n_tiles = min(end, t.n_tiles);
+  begin = min(begin, t.n_tiles), end = min(end, t.n_tiles);  // a sequence shorter than the longest has fewer tiles
+  t.key0 = begin * BLOCK_N;
+  t.k_start += t.key0, t.seqlen_k -= t.key0, t.diag -= t.key0, t.n_full -= t.key0;
+  t.n_tiles = end - begin;
   t.split = x;
   return true;
 }
@@ -553,6 +568,10 @@ __device__ __forceinline__ bool work_tile(const Params& p, int w, WorkTile& t) {
 template <bool FOLD>
 __device__ __forceinline__ int first_work() {
   return FOLD ? 2 * blockIdx.x : blockIdx.x;
+}
+template <bool SPLIT>
+__device__ __forceinline__ int work_end(const Params& p, const TailSplit& split) {
+  return SPLIT ? split.items : p.work_tiles;
 }
 template <bool FOLD>
 __device__ __forceinline__ int next_work(int w) {
@@ -570,7 +589,7 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
           bool FOLD>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-             const __grid_constant__ CUtensorMap map_v, const Params p) {
+             const __grid_constant__ CUtensorMap map_v, const Params p, const __grid_constant__ TailSplit split) {
   extern __shared__ uint8_t smem_raw[];
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
@@ -578,6 +597,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
+  constexpr bool SPLIT = splits_tail<E, D, CAUSAL>();
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CAUSAL && BLOCK_N % 16 == 0),
                 "pairs of CTAs: no causal mask, half tiles of whole 8-row swizzle groups");
@@ -610,16 +630,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = first_work<FOLD>(); w < p.work_items; w = next_work<FOLD>(w)) {
+    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
         tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, t.h * ROW_BYTES + pn * PANEL, t.q_start + t.m0, &sm.q_full);
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
-      const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK : 0;
+      const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
       const int vcol_last = E::FP8 ? (p.cu_bk[t.b + 1] - 1) * KV_BLOCK : 0;
       // one copy of this CTA's part of a K/V tile: with CLUSTER 2 into both CTAs of the pair
       auto copy = [&](uint8_t* dst, const CUtensorMap* map, int col, int row, uint64_t* full) {
@@ -634,8 +654,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           copy(tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL, map, t.hk * ROW_BYTES + pn * PANEL,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
-      for (int j = t.j0; j < t.n_tiles; ++j) {
-        const int g = tiles + j - t.j0, s = g % STAGES;
+      for (int j = 0; j < t.n_tiles; ++j) {
+        const int g = tiles + j, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
         if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
         mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
@@ -650,7 +670,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
       }
-      tiles += t.n_tiles - t.j0;
+      tiles += t.n_tiles;
       ++items;
     }
     if constexpr (CLUSTER == 2) {
@@ -671,22 +691,22 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD>(); w < p.work_items; w = next_work<FOLD>(w)) {
+  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t)) continue;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
-    const int j0 = t.j0, n_tiles = t.n_tiles;  // key tiles j0 .. n_tiles - 1
+    const int n_tiles = t.n_tiles;
     float qk_scale = p.qk_scale_log2;
     const float* k_scale = nullptr;  // FP8: this sequence's per-block K and V scales, kv_blocks of them
     const float* v_scale = nullptr;
     int kv_blocks = 0;
     if constexpr (E::FP8) {
       if (wg_m0 < t.seqlen_q) qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
-      const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b];
+      const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b] + t.key0 / KV_BLOCK;
       k_scale = p.k_scale + kblk;
       v_scale = p.v_scale + kblk;
-      kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b];
+      kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b] - t.key0 / KV_BLOCK;
     }
 
     float o[D / 128][64];
@@ -707,7 +727,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if constexpr (E::FP8) {
       v_max = 0.f;
       const int blocks = SB == 1 ? n_tiles : min(n_tiles * SB, kv_blocks);
-      for (int blk = j0 * SB + lane; blk < blocks; blk += 32) v_max = fmaxf(v_max, v_scale[blk]);
+      for (int blk = lane; blk < blocks; blk += 32) v_max = fmaxf(v_max, v_scale[blk]);
 #pragma unroll
       for (int width = 16; width > 0; width /= 2) v_max = fmaxf(v_max, __shfl_xor_sync(0xffffffff, v_max, width));
     }
@@ -748,8 +768,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       if (moved) scale_o<D>(o, alpha);
     };
     // ring slot and phase of this work tile's K/V tile j
-    auto slot = [&](int j) { return (tiles + j - j0) % STAGES; };
-    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j - j0) / STAGES) & 1); };
+    auto slot = [&](int j) { return (tiles + j) % STAGES; };
+    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
     auto release = [&](uint64_t* empty, int j) {
       if (lane == 0) {
         mbar_arrive(&empty[slot(j)]);
@@ -792,15 +812,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
 
     if (LOOP == OVERLAP) {
-      if (n_tiles > j0) {
+      if (n_tiles > 0) {
         float ks[SB], vs[SB];
-        scales(j0, ks, vs);
-        qk_alone(j0);
-        softmax_tile(j0, ks, vs);
+        scales(0, ks, vs);
+        qk_alone(0);
+        softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      for (int j = j0 + 1; j < n_tiles; ++j) {
+      for (int j = 1; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
@@ -822,9 +842,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > j0) pv_alone(n_tiles - 1);
+      if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
-      for (int j = j0; j < n_tiles; ++j) {
+      for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         qk_alone(j);
@@ -834,7 +854,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    if ((CLUSTER == 2 || n_tiles == j0) && lane == 0) mbar_arrive(&sm.q_empty);  // no key tiles: Q was never read
+    if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
@@ -846,9 +866,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       l += __shfl_xor_sync(0xffffffff, l, 2);
       const int row = row0 + 8 * i;
       const float inv = l == 0.f ? 0.f : v_max / l;
-      auto lse = [&]() { return (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f; };
-      const bool whole = CAUSAL || t.split < 0;
-      if (row < t.seqlen_q && whole) {
+      if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
         OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
         for (int nb = 0; nb < D / 128; ++nb)
@@ -858,20 +876,25 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             *reinterpret_cast<uint32_t*>(out + col) =
                 pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
           }
-        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse();
-      } else if (row < t.seqlen_q) {
-        const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
-        float* out = p.split_o + at * D;
+        if (tq == 0)
+          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
+              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+      }
+      if constexpr (SPLIT) {
+        if (row < t.seqlen_q && t.split >= 0) {
+          const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
+          float* out = split.o + at * D;
 #pragma unroll
-        for (int nb = 0; nb < D / 128; ++nb)
+          for (int nb = 0; nb < D / 128; ++nb)
 #pragma unroll
-          for (int c8 = 0; c8 < 16; ++c8)
-            *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
-                make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-        if (tq == 0) p.split_lse[at] = lse();
+            for (int c8 = 0; c8 < 16; ++c8)
+              *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
+                  make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+          if (tq == 0) split.lse[at] = (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+        }
       }
     }
-    tiles += n_tiles - j0;
+    tiles += n_tiles;
     ++items;
   }
 }
@@ -882,38 +905,38 @@ constexpr int MERGE_ROWS = 8;        // rows per CTA of merge_segments, a warp e
 // The shares whose segments cover split unit `unit`: first .. last (some may be empty, when there are fewer
 // iterations than shares). The share holding iteration i is the last c with c x total / shares <= i.
 template <int CLUSTER>
-__host__ __device__ __forceinline__ void unit_shares(const Params& p, int unit, int& first, int& last) {
-  const long long n = p.key_tiles, total = (long long)p.split_units * n, shares = p.grid / CLUSTER;
-  first = (int)(((unit * n + 1) * shares - 1) / total);
-  last = (int)((((unit + 1) * n) * shares - 1) / total);
+__host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int unit, int& first, int& last) {
+  const int n = split.key_tiles, total = split.units * n, shares = split.grid / CLUSTER;
+  first = ((unit * n + 1) * shares - 1) / total;
+  last = ((unit + 1) * n * shares - 1) / total;
 }
 
 // The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
 // workspace slots of the segments of the tile's unit; each row's O is then its segments' O weighted by
 // exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns of each segment.
 template <int D, int BLOCK_M, int BLOCK_N, int CLUSTER, typename OutT>
-__global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p) {
+__global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p, const TailSplit split) {
   constexpr int COLS = D / 32;
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / CLUSTER, rank = blockIdx.x % CLUSTER, lane = threadIdx.x % 32;
   WorkTile t;
-  if (!tile_at<BLOCK_M, BLOCK_N, false, CLUSTER, false>(p, p.split_from + blockIdx.x, t) ||
+  if (!tile_at<BLOCK_M, BLOCK_N, false, CLUSTER, false>(p, split.from + blockIdx.x, t) ||
       t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
     return;
   if (threadIdx.x < 32) {
     int first, last, count = 0;
-    unit_shares<CLUSTER>(p, unit, first, last);
+    unit_shares<CLUSTER>(split, unit, first, last);
     for (int base = first; base <= last; base += 32) {
       const int c = base + lane;
       int u, begin, end, seg = -1;  // the segment of share c on this unit, if any
-      if (c <= last && tail_segment<CLUSTER>(p, c, 0, u, begin, end) && u == unit)
+      if (c <= last && tail_segment<CLUSTER>(split, c, 0, u, begin, end) && u == unit)
         seg = 0;
-      else if (c <= last && tail_segment<CLUSTER>(p, c, 1, u, begin, end) && u == unit)
+      else if (c <= last && tail_segment<CLUSTER>(split, c, 1, u, begin, end) && u == unit)
         seg = 1;
       const bool mine = seg >= 0;
       const unsigned ballot = __ballot_sync(0xffffffff, mine);
-      if (mine) slots[count + __popc(ballot & ((1u << lane) - 1))] = seg * p.grid + c * CLUSTER + rank;
+      if (mine) slots[count + __popc(ballot & ((1u << lane) - 1))] = seg * split.grid + c * CLUSTER + rank;
       count += __popc(ballot);
     }
     if (lane == 0) n_slots = count;
@@ -921,7 +944,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   __syncthreads();
   const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
   if (row >= t.seqlen_q) return;
-  const float* lse = p.split_lse + r;  // segment x's lse at lse[x * BLOCK_M]
+  const float* lse = split.lse + r;  // segment x's lse at lse[x * BLOCK_M]
   float m = -INFINITY;
   for (int k = lane; k < n; k += 32) m = fmaxf(m, lse[(size_t)slots[k] * BLOCK_M]);
 #pragma unroll
@@ -934,7 +957,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
     for (int k = 0; k < min(32, n - base); ++k) {
       const float w = __shfl_sync(0xffffffff, w_lane, k);
       const float4* o = reinterpret_cast<const float4*>(
-          p.split_o + ((size_t)slots[base + k] * BLOCK_M + r) * D + lane * COLS);
+          split.o + ((size_t)slots[base + k] * BLOCK_M + r) * D + lane * COLS);
 #pragma unroll
       for (int c4 = 0; c4 < COLS / 4; ++c4) {
         const float4 v = o[c4];
@@ -1012,23 +1035,18 @@ int split_units(int units, int shares, int key_tiles) {
   return tail > 0 && key_tiles - share >= SPLIT_MIN_SAVING ? tail : 0;
 }
 
-// The tail split (Params) of a persistent launch without a causal mask on `ctas` CTAs, where split_units finds one
-// and the workspace holds it. Returns whether it splits.
+// The tail split of a persistent launch of `work_tiles` work tiles without a causal mask on `ctas` CTAs, where
+// split_units finds one and the workspace holds it; else nothing split.
 template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER>
-bool plan_split(Params& p, const Launch& l, int ctas) {
+TailSplit plan_split(int work_tiles, const Launch& l, int ctas) {
   const int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  const int tail = split_units(p.work_tiles / CLUSTER, ctas / CLUSTER, key_tiles);
+  const int tail = split_units(work_tiles / CLUSTER, ctas / CLUSTER, key_tiles);
   if (l.workspace == nullptr || split_workspace_bytes<BLOCK_M, D>(ctas) > l.workspace_bytes || ctas > MAX_SPLIT_CTAS ||
-      tail == 0)
-    return false;
-  p.split_o = l.workspace;
-  p.split_lse = l.workspace + 2 * (size_t)ctas * BLOCK_M * D;
-  p.split_from = p.work_tiles - tail * CLUSTER;
-  p.split_units = tail;
-  p.key_tiles = key_tiles;
-  p.grid = ctas;
-  p.work_items = p.split_from + 2 * ctas;
-  return true;
+      tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31))
+    return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles};
+  const int from = work_tiles - tail * CLUSTER;
+  return TailSplit{l.workspace, l.workspace + 2 * (size_t)ctas * BLOCK_M * D, from, tail, key_tiles, ctas,
+                   from + 2 * ctas};
 }
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
@@ -1045,8 +1063,8 @@ cudaError_t launch(const Launch& l) {
   constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
-  p.split_from = p.work_items = p.work_tiles;
   if (p.work_tiles == 0) return cudaSuccess;
+  TailSplit split = {nullptr, nullptr, p.work_tiles, 0, 0, 0, p.work_tiles};
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
@@ -1079,15 +1097,21 @@ cudaError_t launch(const Launch& l) {
       ctas *= CLUSTER;
     }
     grid = min(grid, ctas);
-    if constexpr (!CAUSAL)
-      if (plan_split<BLOCK_M, BLOCK_N, D, CLUSTER>(p, l, ctas)) grid = ctas;
+    if constexpr (splits_tail<E, D, CAUSAL>()) {
+      split = plan_split<BLOCK_M, BLOCK_N, D, CLUSTER>(p.work_tiles, l, ctas);
+      if (split.from < p.work_tiles) grid = ctas;
+    }
   }
   config.gridDim = dim3(grid);
-  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p)) != cudaSuccess) return err;
-  if (p.split_from == p.work_tiles) return cudaSuccess;
-  const dim3 merge_grid(p.work_tiles - p.split_from, BLOCK_M / MERGE_ROWS);
-  merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, OutT><<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p);
-  return cudaGetLastError();
+  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p, split)) != cudaSuccess) return err;
+  if constexpr (splits_tail<E, D, CAUSAL>()) {
+    if (split.from < p.work_tiles) {
+      const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
+      merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, OutT><<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
+      return cudaGetLastError();
+    }
+  }
+  return cudaSuccess;
 }
 
 // the causal flag and the loop as template arguments; an unknown loop gives -2
@@ -1242,19 +1266,18 @@ int fa3fp8_split_units(int units, int shares, int key_tiles) { return split_unit
 
 void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* unit, int* begin, int* end,
                           int* first, int* last) {
-  Params p = {};
-  p.split_units = units, p.key_tiles = key_tiles, p.grid = grid;
+  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0};
   const int shares = grid / cluster;
   for (int i = 0; i < 2 * shares; ++i) {
-    const bool some = cluster == 2 ? tail_segment<2>(p, i % shares, i / shares, unit[i], begin[i], end[i])
-                                   : tail_segment<1>(p, i % shares, i / shares, unit[i], begin[i], end[i]);
+    const bool some = cluster == 2 ? tail_segment<2>(split, i % shares, i / shares, unit[i], begin[i], end[i])
+                                   : tail_segment<1>(split, i % shares, i / shares, unit[i], begin[i], end[i]);
     if (!some) unit[i] = -1;
   }
   for (int u = 0; u < units; ++u) {
     if (cluster == 2)
-      unit_shares<2>(p, u, first[u], last[u]);
+      unit_shares<2>(split, u, first[u], last[u]);
     else
-      unit_shares<1>(p, u, first[u], last[u]);
+      unit_shares<1>(split, u, first[u], last[u]);
   }
 }
 
