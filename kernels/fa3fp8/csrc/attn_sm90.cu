@@ -1016,7 +1016,7 @@ struct Launch {
 };
 
 // Bytes of the tail split's workspace for a launch of `ctas` CTAs of BLOCK_M rows: 2 x ctas segments of O (fp32)
-// and lse. The Python launcher allocates it for the device's SM count (attention_sm90.split_workspace_bytes).
+// and lse. The Python launcher allocates it for the device's SM count (attention_sm90._split_workspace).
 template <int BLOCK_M, int D>
 constexpr size_t split_workspace_bytes(int ctas) {
   return 2 * (size_t)ctas * BLOCK_M * (D + 1) * sizeof(float);
