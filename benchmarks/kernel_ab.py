@@ -1,12 +1,14 @@
 """Two builds of the CUDA kernel library side by side on one GPU: the default settings of each kernels-mode shape
-(`attention_sm90.best_settings`, the public API's choice), timed interleaved in one process, outputs compared bit
-for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
+(`attention_sm90.best_settings`, the public API's choice), timed in alternating order in one process, outputs
+compared bit for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
 
     python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--rounds 5] [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/attn_sm90.cu with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
-revision's fa3fp8 on PYTHONPATH). Writes kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
+revision's fa3fp8 on PYTHONPATH); where the entries' arguments have changed since, give the older source's entries
+the new signatures (ignoring what they do not use) before building it: its kernels stay as they were. Writes
+kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
 """
 
 import argparse
@@ -38,6 +40,16 @@ def on_library(lib, fn):
         cuda_build.load = lambda: lib
         return fn()
     return run
+
+
+def interleaved(runners, rounds, measure):
+    """{tag: [measure(runner) for each round]}, the runners taking turns in an order that reverses every round (old,
+    new; new, old; ...), so that neither always runs right after the other."""
+    runs, tags = {tag: [] for tag in runners}, list(runners)
+    for r in range(rounds):
+        for tag in tags if r % 2 == 0 else tags[::-1]:
+            runs[tag].append(measure(runners[tag]))
+    return runs
 
 
 def plot(rows, path):
@@ -78,10 +90,8 @@ def main():
         kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
         runners = {tag: on_library(lib, kernel) for tag, lib in libs.items()}
         identical = torch.equal(runners["old"](), runners["new"]())
-        runs = {tag: [] for tag in runners}
-        for _ in range(args.rounds):
-            for tag, run in runners.items():
-                runs[tag].append(bench.flops(batch, heads, seqlen, d, causal) / bench.timed(run) / 1e9)
+        runs = interleaved(runners, args.rounds,
+                           lambda run: bench.flops(batch, heads, seqlen, d, causal) / bench.timed(run) / 1e9)
         median = {tag: sorted(r)[len(r) // 2] for tag, r in runs.items()}
         rows.append(dict(dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings,
                          identical=identical, old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),

@@ -1,5 +1,5 @@
-"""benchmarks/kernel_ab.py, the parts that run without a GPU: the shapes and settings it times, the library swap
-and the plot."""
+"""benchmarks/kernel_ab.py, the parts that run without a GPU: the shapes and settings it times, the library swap,
+the order of the runs and the plot."""
 
 from fa3fp8 import attention_sm90, cuda_build
 
@@ -21,6 +21,13 @@ def test_a_runner_calls_into_its_own_library(ab, monkeypatch):
     old, new = object(), object()
     old_run, new_run = (ab.on_library(lib, lambda: cuda_build.load()) for lib in (old, new))
     assert old_run() is old and new_run() is new and old_run() is old
+
+
+def test_runners_take_turns_in_alternating_order(ab):
+    order = []
+    runs = ab.interleaved({"old": "a", "new": "b"}, 4, lambda runner: order.append(runner) or len(order))
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert runs == {"old": [1, 4, 5, 8], "new": [2, 3, 6, 7]}
 
 
 def test_plot_writes_a_png(ab, tmp_path):
