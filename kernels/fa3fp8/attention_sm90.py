@@ -138,11 +138,14 @@ def _outputs(q, total_k, batch, out_dtype):
 
 def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, split: bool) -> torch.Tensor:
     """The workspace where a launch without a causal mask may split its last round along the keys
-    (csrc/attn_sm90.cu, plan_split): 2 x SMs segments of block_m rows of O and lse in fp32. Empty (a null pointer:
-    never split) for causal launches, kernels that do not split (SPLITS_TAIL) and when `split` is off."""
+    (csrc/attn_sm90.cu, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
+    (a null pointer: never split) for causal launches, kernels that do not split (SPLITS_TAIL) and when `split` is
+    off."""
+    if causal or not split or (d, fp8) not in SPLITS_TAIL:
+        return torch.empty(0, dtype=torch.uint8, device=device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    size = 2 * sms * block_m * (d + 1) if split and not causal and (d, fp8) in SPLITS_TAIL else 0
-    return torch.empty(size, dtype=torch.float32, device=device)
+    size = cuda_build.load().fa3fp8_split_workspace_bytes(sms, block_m, d)
+    return torch.empty(size, dtype=torch.uint8, device=device)
 
 
 def _check(code: int) -> None:

@@ -92,6 +92,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 6 + [p, i64, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
+    lib.fa3fp8_split_workspace_bytes.restype = i64
+    lib.fa3fp8_split_workspace_bytes.argtypes = [i] * 3
     lib.fa3fp8_split_units.restype = i
     lib.fa3fp8_split_units.argtypes = [i] * 3
     lib.fa3fp8_tail_segments.restype = None

@@ -249,6 +249,12 @@ def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
     assert split_units(140, 132, 40) == 8
 
 
+@needs_nvcc
+def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta():
+    # what attention_sm90._split_workspace allocates and plan_split requires: fp32 O (rows x d) and lse (rows)
+    assert cuda_build.load().fa3fp8_split_workspace_bytes(132, 192, 128) == 2 * 132 * 192 * (128 + 1) * 4
+
+
 def tail_segments(units, key_tiles, grid, cluster):
     """The C library's tail split (fa3fp8_tail_segments): (share, unit, begin, end) of each segment, and each unit's
     (first, last) share, those the merge reads."""

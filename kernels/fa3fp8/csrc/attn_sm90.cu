@@ -8,7 +8,7 @@
 // while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
 // and first K/V tiles while the consumers finish the current one. Without a causal mask, a last round that would
-// leave CTAs idle is split along the keys over all of them, and merge_segments combines the parts (Params).
+// leave CTAs idle is split along the keys over all of them, and merge_segments combines the parts (TailSplit).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
@@ -96,6 +96,11 @@ struct TailSplit {
   int grid;
   int items;  // work items of a CTA's loop: the work tiles before `from`, then 2 x grid segments
 };
+
+// A launch of `work_tiles` work tiles that splits nothing
+__host__ __device__ constexpr TailSplit unsplit(int work_tiles) {
+  return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles};
+}
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
 struct alignas(1024) SharedStorage {
@@ -301,6 +306,12 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// natural-log LSE of a row from its running max m (base 2, shifted by E::P_SHIFT) and its sum l
+template <class E>
+__device__ __forceinline__ float row_lse(float m, float l) {
+  return (m - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
 }
 
 __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
@@ -876,9 +887,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             *reinterpret_cast<uint32_t*>(out + col) =
                 pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
           }
-        if (tq == 0)
-          p.lse[(size_t)t.h * p.total_q + t.q_start + row] =
-              (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
       }
       if constexpr (SPLIT) {
         if (row < t.seqlen_q && t.split >= 0) {
@@ -890,7 +899,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             for (int c8 = 0; c8 < 16; ++c8)
               *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
                   make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-          if (tq == 0) split.lse[at] = (st.m[i] - E::P_SHIFT + log2f(l)) * 0.6931471805599453f;
+          if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
         }
       }
     }
@@ -1010,16 +1019,16 @@ struct Launch {
   int batch;
   int max_seqlen_q;
   int max_seqlen_k;
-  float* workspace;  // the tail split's segments (see split_workspace_bytes); null: never split
+  float* workspace;  // the tail split's segments (split_workspace_bytes); null: never split
   size_t workspace_bytes;
   cudaStream_t stream;
 };
 
-// Bytes of the tail split's workspace for a launch of `ctas` CTAs of BLOCK_M rows: 2 x ctas segments of O (fp32)
-// and lse. The Python launcher allocates it for the device's SM count (attention_sm90._split_workspace).
-template <int BLOCK_M, int D>
-constexpr size_t split_workspace_bytes(int ctas) {
-  return 2 * (size_t)ctas * BLOCK_M * (D + 1) * sizeof(float);
+// Bytes of the tail split's workspace for a launch of `ctas` CTAs of block_m rows at head dim d: 2 x ctas segments
+// of O and lse in fp32. The Python launcher allocates it for the device's SM count (fa3fp8_split_workspace_bytes,
+// attention_sm90._split_workspace).
+long long split_workspace_bytes(int ctas, int block_m, int d) {
+  return 2ll * ctas * block_m * (d + 1) * (long long)sizeof(float);
 }
 
 // Fewest key tiles that splitting must take off a tail unit's time: it pays each segment's fixed cost (its first
@@ -1041,9 +1050,9 @@ template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER>
 TailSplit plan_split(int work_tiles, const Launch& l, int ctas) {
   const int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
   const int tail = split_units(work_tiles / CLUSTER, ctas / CLUSTER, key_tiles);
-  if (l.workspace == nullptr || split_workspace_bytes<BLOCK_M, D>(ctas) > l.workspace_bytes || ctas > MAX_SPLIT_CTAS ||
-      tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31))
-    return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles};
+  if (l.workspace == nullptr || split_workspace_bytes(ctas, BLOCK_M, D) > (long long)l.workspace_bytes ||
+      ctas > MAX_SPLIT_CTAS || tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31))
+    return unsplit(work_tiles);
   const int from = work_tiles - tail * CLUSTER;
   return TailSplit{l.workspace, l.workspace + 2 * (size_t)ctas * BLOCK_M * D, from, tail, key_tiles, ctas,
                    from + 2 * ctas};
@@ -1064,7 +1073,7 @@ cudaError_t launch(const Launch& l) {
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
-  TailSplit split = {nullptr, nullptr, p.work_tiles, 0, 0, 0, p.work_tiles};
+  TailSplit split = unsplit(p.work_tiles);
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
@@ -1181,9 +1190,9 @@ extern "C" {
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (no causal mask, 128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
-// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile. workspace: split_workspace_bytes
-// for the device's SM count, where the last round of a launch without a causal mask may be split along the keys
-// (Params, tail split); null never splits.
+// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile. workspace:
+// fa3fp8_split_workspace_bytes for the device's SM count, where the last round of a launch without a causal mask may
+// be split along the keys (TailSplit); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -1258,6 +1267,9 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+// The tail split's workspace size, which the Python launcher allocates.
+long long fa3fp8_split_workspace_bytes(int ctas, int block_m, int d) { return split_workspace_bytes(ctas, block_m, d); }
 
 // The tail split's rules, for tests without a GPU: split_units; and of a split of `units` units of `key_tiles` key
 // tiles over `grid` CTAs in clusters of `cluster`, each share's segments (unit -1: none) at [seg x shares + c] and
