@@ -8,9 +8,9 @@ for short sequences): a producer warpgroup streams Q and a ring of K/V tiles thr
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
 blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
-take packed Q, K, V as they are. Without a causal mask, a persistent launch whose last round would leave CTAs idle
-splits that round's work tiles along the keys over every CTA and merges the parts in a second kernel (`split`;
-SPLITS_TAIL).
+take packed Q, K, V as they are. A persistent launch (no causal mask, or folds of sequences of one length) whose last
+round would leave CTAs idle splits that round's work tiles along the keys over every CTA and merges the parts in a
+second kernel (`split`; SPLITS_TAIL).
 """
 
 import torch
@@ -136,15 +136,15 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
-def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, split: bool) -> torch.Tensor:
-    """The workspace where a launch without a causal mask may split its last round along the keys
+def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold: bool, split: bool) -> torch.Tensor:
+    """The workspace where a persistent launch (no causal mask, or folds) may split its last round along the keys
     (csrc/attn_sm90.cu, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
-    (a null pointer: never split) for causal launches, kernels that do not split (SPLITS_TAIL) and when `split` is
-    off."""
-    if causal or not split or (d, fp8) not in SPLITS_TAIL:
+    (a null pointer: never split) for causal launches of one CTA per work tile, kernels that do not split
+    (SPLITS_TAIL) and when `split` is off."""
+    if (causal and not fold) or not split or (d, fp8) not in SPLITS_TAIL:
         return torch.empty(0, dtype=torch.uint8, device=device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    size = cuda_build.load().fa3fp8_split_workspace_bytes(sms, block_m, d)
+    size = cuda_build.load().fa3fp8_split_workspace_bytes(sms, block_m, d, int(fold))
     return torch.empty(size, dtype=torch.uint8, device=device)
 
 
@@ -171,9 +171,10 @@ def attention_fp8_fwd_sm90(
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
     without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
-    (128-key tiles, two consumers overlapped; see SHORT_CAUSAL); `split`: without a causal mask, let the kernel split
-    a last round that would leave CTAs idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an
-    upper bound) sizes those parts. Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
+    (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
+    idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
+    Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
@@ -183,7 +184,7 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, True, 64 * consumers, causal, split)
+    workspace = _split_workspace(q8.device, d, True, 64 * consumers, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
@@ -212,7 +213,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, 128, causal, split)
+    workspace = _split_workspace(q.device, d, False, 128, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,

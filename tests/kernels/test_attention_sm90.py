@@ -5,6 +5,7 @@ on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttentio
 
 import ctypes
 import itertools
+import random
 import re
 
 import pytest
@@ -52,17 +53,18 @@ def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (non-causal: 2 consumers overlapped at each
-    # head dim, 3 in order at d128) x output, and causal folds (2 consumers overlapped at each head dim) x output;
+    # head dim, 3 in order at d128) x output, and causal folds (2 consumers overlapped at each head dim, 3 in order
+    # at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
     # (dtype x head dim, overlapped, non-causal), and causal folds (dtype x head dim, overlapped; d128 on 128-key
     # tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 + 4 + 16 + 4 + 4 + 4
-    # the tail split's merge: one per (head dim, rows, keys per tile, cluster) of the launches without a causal mask
-    # that split (attention_sm90.SPLITS_TAIL: FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is FP8's
-    # too), x output dtype
+    assert len(kernels) == 24 + 6 + 6 + 16 + 4 + 4 + 4
+    # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
+    # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
+    # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
     merges = [name for name in ptxas_report if "merge_segments" in name]
-    assert len(merges) == 9 * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert len(merges) == (9 + 3) * 2 and len(merges) + len(kernels) == len(ptxas_report)
     # the Python launcher allocates a workspace for exactly these: (head dim, fp8) -> a merge only its tiles have
     only_theirs = {(128, False): "Li128ELi128ELi176E", (256, False): "Li256ELi128ELi80E",
                    (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E"}
@@ -229,13 +231,13 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, loop, consumers, block_n) == -1, (d, loop, consumers, block_n)
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         assert entry(d, loop, consumers, 128, cluster=2) == -1, (d, loop, consumers)
-    # folds: causal, 128-key tiles, two consumers overlapped
+    # folds: causal, 128-key tiles, two consumers overlapped or three in order
     for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
-                                                (128, "serial", 2, 256, 1), (128, "serial", 3, 128, 1)]:
+                                                (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
         assert entry(d, loop, consumers, block_n, causal=causal, fold=1) == -2, (d, loop, consumers, block_n)
     assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
-    for d in (128, 256):
-        assert entry(d, "overlap", 2, 128, causal=1, fold=1) == -1, d
+    for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
+        assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
 
 
 @needs_nvcc
@@ -250,9 +252,11 @@ def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
 
 
 @needs_nvcc
-def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta():
+def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta_four_with_folds():
     # what attention_sm90._split_workspace allocates and plan_split requires: fp32 O (rows x d) and lse (rows)
-    assert cuda_build.load().fa3fp8_split_workspace_bytes(132, 192, 128) == 2 * 132 * 192 * (128 + 1) * 4
+    workspace_bytes = cuda_build.load().fa3fp8_split_workspace_bytes
+    assert workspace_bytes(132, 192, 128, 0) == 2 * 132 * 192 * (128 + 1) * 4
+    assert workspace_bytes(132, 192, 128, 1) == 4 * 132 * 192 * (128 + 1) * 4
 
 
 def tail_segments(units, key_tiles, grid, cluster):
@@ -283,6 +287,59 @@ def test_tail_segments_cover_each_unit_once_in_even_shares(units, key_tiles, gri
     assert max(per_share) <= -(-units * key_tiles // shares) and sum(per_share) == units * key_tiles
 
 
+def causal_key_tiles(m_blk, block_m, seqlen_q, seqlen_k, block_n=128):
+    """Key tiles of causal row block m_blk (bottom-right aligned), 0 past the queries' end."""
+    if m_blk * block_m >= seqlen_q:
+        return 0
+    visible = max(min(seqlen_k, (m_blk + 1) * block_m + seqlen_k - seqlen_q), 0)
+    return -(-visible // block_n)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("block_m,seqlen_q,seqlen_k", [(192, 16384, 16384), (128, 4096, 4096), (192, 3000, 3000),
+                                                       (128, 1000, 5000), (192, 3000, 1000), (128, 1, 777)])
+def test_fold_key_tiles_bounds_every_fold(block_m, seqlen_q, seqlen_k):
+    # plan_split's bound on a fold's iterations: the most key tiles of any fold (row blocks m - 1 - f and f)
+    m = -(-seqlen_q // (2 * block_m)) * 2
+    folds = [causal_key_tiles(m - 1 - f, block_m, seqlen_q, seqlen_k) + causal_key_tiles(f, block_m, seqlen_q, seqlen_k)
+             for f in range(m // 2)]
+    assert cuda_build.load().fa3fp8_fold_key_tiles(block_m, m, seqlen_q, seqlen_k) == max(folds)
+
+
+def fold_segments(n_long, n_short, key_tiles, grid):
+    """The C library's fold split (fa3fp8_fold_segments): (share, work tile, begin, end) of each tail item, and the
+    workspace slots (tail items) that the merge reads for each work tile."""
+    units = len(n_long)
+    ints = ctypes.c_int * units
+    tile, begin, end = ((ctypes.c_int * (4 * grid))() for _ in range(3))
+    slots, n_slots = (ctypes.c_int * (2 * units * grid))(), (ctypes.c_int * (2 * units))()
+    cuda_build.load().fa3fp8_fold_segments(units, key_tiles, grid, ints(*n_long), ints(*n_short), tile, begin, end,
+                                           slots, n_slots)
+    items = [(x // 2 % grid, tile[x], begin[x], end[x], x) for x in range(4 * grid) if tile[x] >= 0]
+    return items, [list(slots[i * grid:i * grid + n_slots[i]]) for i in range(2 * units)]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("units,grid,seed", [(28, 132, 0), (44, 132, 1), (1, 132, 2), (131, 132, 3), (5, 16, 4)])
+def test_fold_segments_cover_each_work_tile_once_and_the_merge_finds_them(units, grid, seed):
+    rng = random.Random(seed)
+    key_tiles = rng.randrange(20, 200)
+    n_long = [rng.randrange(key_tiles // 2, key_tiles + 1) for _ in range(units)]
+    n_short = [rng.randrange(0, key_tiles - n + 1) for n in n_long]  # a fold's two tiles fit its bound
+    n_long[0], n_short[0] = 0, 0  # a fold without keys (rows that see none): no segment, the merge writes zeros
+    items, slots = fold_segments(n_long, n_short, key_tiles, grid)
+    for i in range(2 * units):
+        n = (n_long if i % 2 == 0 else n_short)[i // 2]
+        ranges = sorted((begin, end) for _, tile, begin, end, _ in items if tile == i)
+        assert sum(end - begin for begin, end in ranges) == n, i
+        if n:
+            assert ranges[0][0] == 0 and ranges[-1][1] == n, i
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), i  # no gap, no overlap
+        assert sorted(slots[i]) == sorted(x for _, tile, _, _, x in items if tile == i), i  # each segment once
+    per_share = [sum(end - begin for c, _, begin, end, _ in items if c == share) for share in range(grid)]
+    assert max(per_share) <= -(-units * key_tiles // grid)
+
+
 # ------------------------------------------------------------------------------------------ on the GPU
 
 CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, causal
@@ -306,6 +363,12 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([1024, 200], [4000, 1500], 4, 2, 128, False),
     ([2048], [6000], 9, 3, 128, False),
     ([2048], [6000], 9, 3, 256, False),
+    # folds of sequences of one length whose last round splits along the keys: self-attention, a chunk of queries
+    # late in the keys (bottom-right), and more queries than keys (the first rows see none)
+    ([3000, 3000], [3000, 3000], 12, 4, 128, True),
+    ([1000], [5000], 16, 2, 128, True),
+    ([3000], [1900], 16, 4, 128, True),
+    ([2500], [2500], 8, 8, 256, True),
 ]
 
 
@@ -319,9 +382,9 @@ def _packed(lens, heads, d, gen):
 @pytest.mark.parametrize("loop,consumers,block_n,cluster,fold",
                          [("overlap", 2, 128, 1, False), ("serial", 2, 128, 1, False), ("serial", 3, 128, 1, False),
                           ("serial", 2, 256, 1, False), ("overlap", 2, 128, 2, False), ("serial", 3, 128, 2, False),
-                          ("overlap", 2, 128, 1, True)],
+                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True)],
                          ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs",
-                              "overlap-fold"])
+                              "overlap-fold", "serial-3wg-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
@@ -409,18 +472,21 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
 
 @pytest.mark.gpu
 @needs_hopper
-def test_split_last_round_changes_only_rounding():
-    # BF16 d128 in pairs, 9 heads of 16 row blocks: more work tiles than SMs, the last round a few; split along the
-    # keys and merged, the output moves by rounding only (and does move: the split ran)
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal,settings",
+                         [([2048], [6000], 9, 3, False, {}), ([3000, 3000], [3000, 3000], 12, 4, True,
+                                                              {"fold": True, "block_n": 128})],
+                         ids=["pairs", "folds"])
+def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads, causal, settings):
+    # BF16 d128: more work tiles (pairs: 9 heads of 16 row blocks; folds: 2 x 12 heads of 12 folds) than SMs, the last
+    # round a few; split along the keys and merged, the output moves by rounding only (and does move: the split ran)
     d = 128
     gen = torch.Generator(device="cuda").manual_seed(d)
-    q, cu_q = _packed([2048], 9, d, gen)
-    k, cu_k = _packed([6000], 3, d, gen)
-    v, _ = _packed([6000], 3, d, gen)
-    scale = d**-0.5
-    split, split_lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, 2048, scale, False, max_seqlen_k=6000)
-    whole, whole_lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, 2048, scale, False, max_seqlen_k=6000,
-                                                         split=False)
+    q, cu_q = _packed(lens_q, heads, d, gen)
+    k, cu_k = _packed(lens_k, kv_heads, d, gen)
+    v, _ = _packed(lens_k, kv_heads, d, gen)
+    args = (q, k, v, cu_q, cu_k, max(lens_q), d**-0.5, causal)
+    split, split_lse = attention_sm90.attention_fwd_sm90(*args, max_seqlen_k=max(lens_k), **settings)
+    whole, whole_lse = attention_sm90.attention_fwd_sm90(*args, max_seqlen_k=max(lens_k), split=False, **settings)
     assert not torch.equal(split, whole)
     assert (split.double() - whole.double()).abs().max().item() <= 2**-7
     assert (split_lse - whole_lse).abs().max().item() <= 1e-4

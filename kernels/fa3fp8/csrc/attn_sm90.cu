@@ -7,14 +7,15 @@
 // below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j)
 // while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
-// and first K/V tiles while the consumers finish the current one. Without a causal mask, a last round that would
-// leave CTAs idle is split along the keys over all of them, and merge_segments combines the parts (TailSplit).
+// and first K/V tiles while the consumers finish the current one. A persistent launch's last round that would leave
+// CTAs idle (no causal mask, or causal folds of equal-length sequences) is split along the keys over all of them,
+// and merge_segments combines the parts (TailSplit).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 11.
+// Engineering log: kernels/NOTES.md, sessions 3 to 13.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include <cudaTypedefs.h>
 #include <stdint.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace {
@@ -82,11 +84,11 @@ struct Params {
   int work_tiles;
 };
 
-// Tail split (persistent launches without a causal mask, see plan_split): the work tiles from `from` on, `units` work
-// units (a CTA's work tile, or a pair's two) that would leave CTAs idle in a last round, are cut along their
-// key_tiles key tiles into segments, the parts that each of the `grid` CTAs takes of their units x key_tiles tile
-// iterations; a segment's normalized O and lse go to o / lse, and merge_segments combines them. from = the launch's
-// work_tiles: nothing is split.
+// Tail split (persistent launches, see plan_split): the work tiles from `from` on, `units` work units (a CTA's work
+// tile, a pair's two, or a fold's two) that would leave CTAs idle in a last round, are cut along their key_tiles
+// key tiles (a fold: its two work tiles' key tiles in turn, at most key_tiles) into segments, the parts that each
+// of the `grid` CTAs takes of their units x key_tiles tile iterations; a segment's normalized O and lse go to o /
+// lse, and merge_segments combines them. from = the launch's work_tiles: nothing is split.
 struct TailSplit {
   float* o;
   float* lse;
@@ -547,26 +549,74 @@ __host__ __device__ __forceinline__ bool tail_segment(const TailSplit& split, in
   return b < e;
 }
 
-// Kernels that may split their last round (TailSplit): those without a causal mask, except BF16/FP16 at d256, whose
-// kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then schedules its loop differently,
-// with ~50 more register moves per tile.
-template <class E, int D, bool CAUSAL>
+// Folds: a split unit is a fold, its iterations its long work tile's key tiles (rank 2f), then its short one's (2f+1).
+// Segment s of share c is piece s % 2 (0: the long work tile, 1: the short) of the (s / 2)-th unit the share touches;
+// a CTA dealt folds visits it as tail item 2 (c + s / 2 x grid) + s % 2 (next_work).
+__host__ __device__ __forceinline__ int fold_item(const TailSplit& split, int c, int s) {
+  return 2 * (c + s / 2 * split.grid) + s % 2;
+}
+
+// The fold `unit` and its iterations [b, e) that tail item x takes (fold_item's inverse); false when its share
+// touches no (x / 2 / grid)-th unit
+__host__ __device__ __forceinline__ bool fold_segment(const TailSplit& split, int x, int& unit, int& b, int& e) {
+  return tail_segment<1>(split, x / 2 % split.grid, x / 2 / split.grid, unit, b, e);
+}
+
+// Key tiles [begin, end) of a fold's work tile `piece` (n key tiles; the long one's n_long come first) that the
+// fold's iterations [b, e) take; false when none.
+__host__ __device__ __forceinline__ bool fold_piece(int b, int e, int piece, int n_long, int n, int& begin,
+                                                    int& end) {
+  const int first = piece == 0 ? 0 : n_long;
+  begin = b > first ? b - first : 0;
+  end = e - first < n ? e - first : n;
+  return begin < end;
+}
+
+// The tail item of share c's segment on piece `piece` of fold `unit` (n_long: its long work tile's key tiles, n: the
+// piece's), or -1 when the share has none there
+__host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c, int unit, int piece, int n_long,
+                                                  int n) {
+  for (int half = 0; half < 2; ++half) {
+    int u, b, e, begin, end;
+    if (tail_segment<1>(split, c, half, u, b, e) && u == unit && fold_piece(b, e, piece, n_long, n, begin, end))
+      return fold_item(split, c, 2 * half + piece);
+  }
+  return -1;
+}
+
+// Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
+// BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then
+// schedules its loop differently, with ~50 more register moves per tile.
+template <class E, int D, bool CAUSAL, bool FOLD>
 __host__ __device__ constexpr bool splits_tail() {
-  return !CAUSAL && (E::FP8 || D == 128);
+  return (!CAUSAL || FOLD) && (E::FP8 || D == 128);
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
-// cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair. False
-// when the item has no rows (varlen) or the share no segment `seg`.
+// cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair (folds:
+// fold_item's segment of the share). False when the item has no rows (varlen) or the share no segment `seg` (folds:
+// no keys of that piece).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
 __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
   if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
-  const int x = w - split.from, cta = x % split.grid;
+  const int x = w - split.from;
   int unit, begin, end;
-  if (!tail_segment<CLUSTER>(split, cta / CLUSTER, x / split.grid, unit, begin, end) ||
-      !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + unit * CLUSTER + cta % CLUSTER, t))
-    return false;
-  begin = min(begin, t.n_tiles), end = min(end, t.n_tiles);  // a sequence shorter than the longest has fewer tiles
+  if constexpr (FOLD) {
+    const int piece = x % 2;
+    if (!fold_segment(split, x, unit, begin, end)) return false;
+    const int fold = split.from + 2 * unit;
+    const bool rows = tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold, t);
+    const int n_long = rows ? t.n_tiles : 0;
+    if ((piece == 0 ? !rows : !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold + 1, t)) ||
+        !fold_piece(begin, end, piece, n_long, t.n_tiles, begin, end))
+      return false;
+  } else {
+    const int cta = x % split.grid;
+    if (!tail_segment<CLUSTER>(split, cta / CLUSTER, x / split.grid, unit, begin, end) ||
+        !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + unit * CLUSTER + cta % CLUSTER, t))
+      return false;
+    begin = min(begin, t.n_tiles), end = min(end, t.n_tiles);  // a sequence shorter than the longest has fewer tiles
+  }
   t.key0 = begin * BLOCK_N;
   t.k_start += t.key0, t.seqlen_k -= t.key0, t.diag -= t.key0, t.n_full -= t.key0;
   t.n_tiles = end - begin;
@@ -608,7 +658,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
-  constexpr bool SPLIT = splits_tail<E, D, CAUSAL>();
+  constexpr bool SPLIT = splits_tail<E, D, CAUSAL, FOLD>();
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CAUSAL && BLOCK_N % 16 == 0),
                 "pairs of CTAs: no causal mask, half tiles of whole 8-row swizzle groups");
@@ -921,31 +971,44 @@ __host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int
 }
 
 // The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
-// workspace slots of the segments of the tile's unit; each row's O is then its segments' O weighted by
-// exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns of each segment.
-template <int D, int BLOCK_M, int BLOCK_N, int CLUSTER, typename OutT>
+// workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold); each row's O is then its
+// segments' O weighted by exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns
+// of each segment. A tile no segment covers (no keys) gets zeros and lse = -inf.
+template <int D, int BLOCK_M, int BLOCK_N, int CLUSTER, bool FOLD, typename OutT>
 __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p, const TailSplit split) {
   constexpr int COLS = D / 32;
+  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
-  const int unit = blockIdx.x / CLUSTER, rank = blockIdx.x % CLUSTER, lane = threadIdx.x % 32;
+  const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
   WorkTile t;
-  if (!tile_at<BLOCK_M, BLOCK_N, false, CLUSTER, false>(p, split.from + blockIdx.x, t) ||
+  if (!tile_at<BLOCK_M, BLOCK_N, FOLD, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
       t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
     return;
   if (threadIdx.x < 32) {
+    int n_long = t.n_tiles;  // FOLD: the long work tile's key tiles, where the short one's iterations start
+    if constexpr (FOLD) {
+      WorkTile long_tile;
+      if (rank == 1)
+        n_long = tile_at<BLOCK_M, BLOCK_N, true, 1, true>(p, split.from + 2 * unit, long_tile) ? long_tile.n_tiles : 0;
+    }
     int first, last, count = 0;
     unit_shares<CLUSTER>(split, unit, first, last);
     for (int base = first; base <= last; base += 32) {
       const int c = base + lane;
-      int u, begin, end, seg = -1;  // the segment of share c on this unit, if any
-      if (c <= last && tail_segment<CLUSTER>(split, c, 0, u, begin, end) && u == unit)
-        seg = 0;
-      else if (c <= last && tail_segment<CLUSTER>(split, c, 1, u, begin, end) && u == unit)
-        seg = 1;
-      const bool mine = seg >= 0;
+      int slot = -1;  // the segment of share c on this work tile, if any
+      if constexpr (FOLD) {
+        if (c <= last) slot = fold_slot(split, c, unit, rank, n_long, t.n_tiles);
+      } else {
+        int u, begin, end;
+        if (c <= last && tail_segment<CLUSTER>(split, c, 0, u, begin, end) && u == unit)
+          slot = c * CLUSTER + rank;
+        else if (c <= last && tail_segment<CLUSTER>(split, c, 1, u, begin, end) && u == unit)
+          slot = split.grid + c * CLUSTER + rank;
+      }
+      const bool mine = slot >= 0;
       const unsigned ballot = __ballot_sync(0xffffffff, mine);
-      if (mine) slots[count + __popc(ballot & ((1u << lane) - 1))] = seg * split.grid + c * CLUSTER + rank;
+      if (mine) slots[count + __popc(ballot & ((1u << lane) - 1))] = slot;
       count += __popc(ballot);
     }
     if (lane == 0) n_slots = count;
@@ -1019,43 +1082,68 @@ struct Launch {
   int batch;
   int max_seqlen_q;
   int max_seqlen_k;
+  int total_k;
   float* workspace;  // the tail split's segments (split_workspace_bytes); null: never split
   size_t workspace_bytes;
   cudaStream_t stream;
 };
 
-// Bytes of the tail split's workspace for a launch of `ctas` CTAs of block_m rows at head dim d: 2 x ctas segments
-// of O and lse in fp32. The Python launcher allocates it for the device's SM count (fa3fp8_split_workspace_bytes,
-// attention_sm90._split_workspace).
-long long split_workspace_bytes(int ctas, int block_m, int d) {
-  return 2ll * ctas * block_m * (d + 1) * (long long)sizeof(float);
+// Tail segments per CTA: two (a share touches at most two units), four with folds (two pieces of each unit)
+constexpr int segments_per_cta(bool fold) { return fold ? 4 : 2; }
+
+// Bytes of the tail split's workspace for a launch of `ctas` CTAs of block_m rows at head dim d: segments_per_cta x
+// ctas segments of O and lse in fp32. The Python launcher allocates it for the device's SM count
+// (fa3fp8_split_workspace_bytes, attention_sm90._split_workspace).
+long long split_workspace_bytes(int ctas, int block_m, int d, bool fold) {
+  return (long long)segments_per_cta(fold) * ctas * block_m * (d + 1) * (long long)sizeof(float);
 }
 
 // Fewest key tiles that splitting must take off a tail unit's time: it pays each segment's fixed cost (its first
 // Q·Kᵀ and softmax alone, its last P·V, the epilogue: ~2 tile iterations) twice and the merge's launch.
 constexpr int SPLIT_MIN_SAVING = 8;
 
-// The work units (a CTA's work tile, or a pair's two) of a launch's last round to split along their key_tiles key
-// tiles over `shares` resident CTAs (pairs), or 0: the last round then takes ceil(units x key_tiles / shares) tile
-// iterations instead of key_tiles, worth it when that saves SPLIT_MIN_SAVING.
+// The work units (a CTA's work tile, a pair's two, or a fold's two) of a launch's last round to split along their
+// key_tiles key tiles over `shares` resident CTAs (pairs), or 0: the last round then takes ceil(units x key_tiles /
+// shares) tile iterations instead of key_tiles, worth it when that saves SPLIT_MIN_SAVING.
 int split_units(int units, int shares, int key_tiles) {
   const int tail = units % shares;
   const long long share = ((long long)tail * key_tiles + shares - 1) / shares;
   return tail > 0 && key_tiles - share >= SPLIT_MIN_SAVING ? tail : 0;
 }
 
-// The tail split of a persistent launch of `work_tiles` work tiles without a causal mask on `ctas` CTAs, where
-// split_units finds one and the workspace holds it; else nothing split.
-template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER>
-TailSplit plan_split(int work_tiles, const Launch& l, int ctas) {
-  const int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  const int tail = split_units(work_tiles / CLUSTER, ctas / CLUSTER, key_tiles);
-  if (l.workspace == nullptr || split_workspace_bytes(ctas, BLOCK_M, D) > (long long)l.workspace_bytes ||
+// Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks even), every sequence
+// seqlen_q queries and seqlen_k keys long: a fold is row blocks m_blocks - 1 - f and f, their key tiles (counted as
+// tile_at counts them; tile_at keeps its own expression, whose machine code the per-tile causal kernels share) its
+// iterations
+template <int BLOCK_M, int BLOCK_N>
+int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
+  auto tiles = [&](int m_blk) {
+    const int hi = std::max(std::min(seqlen_k, (m_blk + 1) * BLOCK_M + seqlen_k - seqlen_q), 0);
+    return m_blk * BLOCK_M < seqlen_q ? (hi + BLOCK_N - 1) / BLOCK_N : 0;
+  };
+  int most = 0;
+  for (int f = 0; f < m_blocks / 2; ++f) most = max(most, tiles(m_blocks - 1 - f) + tiles(f));
+  return most;
+}
+
+// The tail split of a persistent launch of `work_tiles` work tiles on `ctas` CTAs, where split_units finds one and
+// the workspace holds it; else nothing split. Folds split only when every sequence has the longest one's lengths
+// (total = batch x longest, of queries and of keys): their iterations are then bounded by fold_key_tiles.
+template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER, bool FOLD>
+TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
+  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
+  int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
+  if constexpr (FOLD) {
+    const bool equal = p.total_q == l.batch * l.max_seqlen_q && l.total_k == l.batch * l.max_seqlen_k;
+    key_tiles = equal ? fold_key_tiles<BLOCK_M, BLOCK_N>(p.m_blocks, l.max_seqlen_q, l.max_seqlen_k) : 0;
+  }
+  const int tail = key_tiles > 0 ? split_units(p.work_tiles / TILES, ctas / CLUSTER, key_tiles) : 0;
+  if (l.workspace == nullptr || split_workspace_bytes(ctas, BLOCK_M, D, FOLD) > (long long)l.workspace_bytes ||
       ctas > MAX_SPLIT_CTAS || tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31))
-    return unsplit(work_tiles);
-  const int from = work_tiles - tail * CLUSTER;
-  return TailSplit{l.workspace, l.workspace + 2 * (size_t)ctas * BLOCK_M * D, from, tail, key_tiles, ctas,
-                   from + 2 * ctas};
+    return unsplit(p.work_tiles);
+  const int from = p.work_tiles - tail * TILES, segments = segments_per_cta(FOLD) * ctas;
+  return TailSplit{l.workspace, l.workspace + (size_t)segments * BLOCK_M * D, from, tail, key_tiles, ctas,
+                   from + segments};
 }
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
@@ -1106,17 +1194,18 @@ cudaError_t launch(const Launch& l) {
       ctas *= CLUSTER;
     }
     grid = min(grid, ctas);
-    if constexpr (splits_tail<E, D, CAUSAL>()) {
-      split = plan_split<BLOCK_M, BLOCK_N, D, CLUSTER>(p.work_tiles, l, ctas);
+    if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
+      split = plan_split<BLOCK_M, BLOCK_N, D, CLUSTER, FOLD>(p, l, ctas);
       if (split.from < p.work_tiles) grid = ctas;
     }
   }
   config.gridDim = dim3(grid);
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p, split)) != cudaSuccess) return err;
-  if constexpr (splits_tail<E, D, CAUSAL>()) {
+  if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
-      merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, OutT><<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
+      merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, FOLD, OutT>
+          <<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
       return cudaGetLastError();
     }
   }
@@ -1150,10 +1239,12 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fol
   return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
 }
 
-// three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 as above
+// three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 and fold as
+// above
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, int cluster, const Launch& l) {
+cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
   if (cluster == 2) return launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
+  if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
@@ -1190,9 +1281,9 @@ extern "C" {
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (no causal mask, 128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
-// CTAs dealt folds (128 keys, two consumers OVERLAP), 0 one CTA per work tile. workspace:
-// fa3fp8_split_workspace_bytes for the device's SM count, where the last round of a launch without a causal mask may
-// be split along the keys (TailSplit); null never splits.
+// CTAs dealt folds (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace:
+// fa3fp8_split_workspace_bytes for the device's SM count and the fold flag, where the last round of a persistent
+// launch (no causal mask, or folds) may be split along the keys (TailSplit); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -1203,7 +1294,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || consumers != 2 || loop != OVERLAP)))
+      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -1215,14 +1306,15 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
+  l.total_k = total_k;
   l.workspace = static_cast<float*>(workspace);
   l.workspace_bytes = workspace_bytes;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
   if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, l)
-                   : launch_fp8_three_consumers<__half>(c, cluster, l);
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)
+                   : launch_fp8_three_consumers<__half>(c, cluster, fold, l);
   else if (d == 256)
     err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, fold, l)
                    : launch_fp8<256, __half>(c, loop, 128, cluster, fold, l);
@@ -1258,6 +1350,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
+  l.total_k = total_k;
   l.workspace = static_cast<float*>(workspace);
   l.workspace_bytes = workspace_bytes;
   l.stream = static_cast<cudaStream_t>(stream);
@@ -1269,7 +1362,9 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
 // The tail split's workspace size, which the Python launcher allocates.
-long long fa3fp8_split_workspace_bytes(int ctas, int block_m, int d) { return split_workspace_bytes(ctas, block_m, d); }
+long long fa3fp8_split_workspace_bytes(int ctas, int block_m, int d, int fold) {
+  return split_workspace_bytes(ctas, block_m, d, fold != 0);
+}
 
 // The tail split's rules, for tests without a GPU: split_units; and of a split of `units` units of `key_tiles` key
 // tiles over `grid` CTAs in clusters of `cluster`, each share's segments (unit -1: none) at [seg x shares + c] and
@@ -1291,6 +1386,40 @@ void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* 
     else
       unit_shares<1>(split, u, first[u], last[u]);
   }
+}
+
+// A fold split's rules, for tests without a GPU: of `units` folds whose work tiles have n_long[u] and n_short[u] key
+// tiles, split as at most `key_tiles` iterations each over `grid` CTAs: each tail item x's work tile (2 x unit +
+// piece, -1: none) and key tiles at tile[x], begin[x], end[x] (4 x grid items), and the workspace slots that
+// merge_segments reads for work tile i, slots[i x grid ..] (n_slots[i] of them).
+void fa3fp8_fold_segments(int units, int key_tiles, int grid, const int* n_long, const int* n_short, int* tile,
+                          int* begin, int* end, int* slots, int* n_slots) {
+  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0};
+  for (int x = 0; x < segments_per_cta(true) * grid; ++x) {
+    int unit, b, e;
+    const int piece = x % 2;
+    tile[x] = fold_segment(split, x, unit, b, e) &&
+                      fold_piece(b, e, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit], begin[x], end[x])
+                  ? 2 * unit + piece
+                  : -1;
+  }
+  for (int i = 0; i < 2 * units; ++i) {
+    const int unit = i / 2, piece = i % 2;
+    int first, last;
+    unit_shares<1>(split, unit, first, last);
+    n_slots[i] = 0;
+    for (int c = first; c <= last; ++c) {
+      const int slot = fold_slot(split, c, unit, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit]);
+      if (slot >= 0) slots[i * grid + n_slots[i]++] = slot;
+    }
+  }
+}
+
+// fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192 (-1 for others): a fold split's bound
+int fa3fp8_fold_key_tiles(int block_m, int m_blocks, int seqlen_q, int seqlen_k) {
+  if (block_m == 2 * WG_ROWS) return fold_key_tiles<2 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);
+  if (block_m == 3 * WG_ROWS) return fold_key_tiles<3 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);
+  return -1;
 }
 
 }  // extern "C"
