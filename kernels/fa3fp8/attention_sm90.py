@@ -29,8 +29,10 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
 # work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
-# padding), FP8 d128 on two consumers overlapped (whole folds of three consumers' 192-row blocks fill 132 CTAs to
-# 87-89% at S4K and S16K). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
+# padding), FP8 d128 on three consumers in order, as at other lengths (whole folds of their 192-row blocks fill 132
+# CTAs to 87-89% at S4K and S16K, and the fold split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
+# 690 / 842 / 922 against 649 / 798 / 921 unsplit, two consumers' folds 684 / 810 / 841 and one CTA per work tile
+# 657 / 831 / 929). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
 # 64K, folds against one CTA per work tile: BF16 d128 521 / 538 / 606 / 614 against 503 / 531 / 610 / 633
 # (128-key tiles; 176-key, the long default: 489 / 526 / 590 / 641); BF16 d256 596 / 610 / 669 / 716 against
 # 559 / 601 / 701 / 730; FP8 d128 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three
@@ -40,7 +42,7 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 SHORT_CAUSAL = {
     (128, False): {"block_n": 128, "fold": True},
     (256, False): {"fold": True},
-    (128, True): {"loop": "overlap", "consumers": 2, "fold": True},
+    (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},
 }
 # (head dim, fp8) -> CTAs per cluster without a causal mask, where the settings allow pairs (16-bit: the overlapped

@@ -158,7 +158,7 @@ def test_short_causal_attention_takes_folds():
             settings = attention_sm90.best_settings(d, fp8, causal, keys)
             assert settings == attention_sm90.FASTER[(d, fp8, causal)] and "fold" not in settings, (d, fp8, keys)
     assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128  # folds at d128: 128-key tiles
-    assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 2  # not three: whole folds fill badly
+    assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
 
 
 def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
@@ -243,12 +243,17 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
 @needs_nvcc
 def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
     split_units = cuda_build.load().fa3fp8_split_units
-    assert split_units(1056, 66, 94) == 0  # whole rounds
-    assert split_units(1024, 66, 94) == 34  # S16K BF16 d128 in pairs: 15 rounds and 34 of 66 pairs
-    assert split_units(16, 132, 100) == 16  # fewer units than CTAs
-    assert split_units(252, 132, 12) == 0  # a segment of 11 of 12 key tiles saves too little
-    assert split_units(252, 132, 40) == 0  # 120 of 132: 37 of 40 key tiles
-    assert split_units(140, 132, 40) == 8
+    assert split_units(1056, 66, 94, 0) == 0  # whole rounds
+    assert split_units(1024, 66, 94, 0) == 34  # S16K BF16 d128 in pairs: 15 rounds and 34 of 66 pairs
+    assert split_units(16, 132, 100, 0) == 16  # fewer units than CTAs
+    assert split_units(252, 132, 12, 0) == 0  # a segment of 11 of 12 key tiles saves too little
+    assert split_units(252, 132, 40, 0) == 0  # 120 of 132: 37 of 40 key tiles
+    assert split_units(140, 132, 40, 0) == 8
+    # folds pay up to four segments a share: S4K FP8 d128 causal, 1024 folds of 33 key tiles (two consumers) saves
+    # too little, 704 folds of 34 (three consumers) enough; S16K three consumers, 688 folds of 130
+    assert split_units(1024, 132, 33, 0) == 100 and split_units(1024, 132, 33, 1) == 0
+    assert split_units(704, 132, 34, 1) == 44
+    assert split_units(688, 132, 130, 1) == 28
 
 
 @needs_nvcc
