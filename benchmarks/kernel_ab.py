@@ -30,7 +30,7 @@ def cases(seqlens):
     """(fp8, d, causal, seqlen, batch, heads, settings) for every CUDA head dim, both dtypes and masks."""
     args = argparse.Namespace(dtypes=["bf16", "fp8"], dims=list(bench.CUDA_HEAD_DIMS), seqlens=seqlens,
                               causal_only=False, full_only=False, prefill_shape=False)
-    return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen))
+    return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen, True))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
 
 

@@ -203,7 +203,9 @@ def attention_fwd(
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
-    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k)
+    # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
+    equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k
+    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths)
     if choice == "auto":
         choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)

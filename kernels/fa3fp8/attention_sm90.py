@@ -45,6 +45,12 @@ SHORT_CAUSAL = {
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},
 }
+# (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
+# SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
+# of unequal lengths do not split, and whole folds fill 132 CTAs to 87% at S16K). H200, session 13, FP8 d128 causal,
+# 5 interleaved rounds at S16K: three consumers dealt folds 877 against 841 one CTA per work tile (cuDNN FP8 842);
+# at S64K they are level (922 against 929, 3 rounds), and BF16 d128 / FP8 d256 folds stay behind or level from 16K.
+EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # (head dim, fp8) -> CTAs per cluster without a causal mask, where the settings allow pairs (16-bit: the overlapped
 # loop on the default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row
 # blocks as a pair that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128
@@ -80,11 +86,16 @@ FASTER = {
 }
 
 
-def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None) -> dict | None:
+def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,
+                  equal_lengths: bool = False) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
-    attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence takes SHORT_CAUSAL's instead."""
+    attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
+    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead."""
     settings = FASTER.get((d, fp8, bool(causal)))
-    short = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
+    limit = SHORT_CAUSAL_MAX_KEYS
+    if equal_lengths:
+        limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
+    short = causal and max_seqlen_k is not None and max_seqlen_k <= limit
     return {**settings, **SHORT_CAUSAL[(d, fp8)]} if settings is not None and short else settings
 
 

@@ -12,8 +12,9 @@ def test_cases_are_the_public_defaults_of_every_cuda_shape(ab):
     }
     for fp8, d, causal, seqlen, batch, heads, settings in cases:
         assert batch * seqlen == 16384 and heads * d == 2048
-        assert settings == attention_sm90.best_settings(d, fp8, causal, seqlen)
-        assert settings.get("fold", False) == (causal and seqlen <= attention_sm90.SHORT_CAUSAL_MAX_KEYS)
+        assert settings == attention_sm90.best_settings(d, fp8, causal, seqlen, equal_lengths=True)
+        limit = attention_sm90.EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), attention_sm90.SHORT_CAUSAL_MAX_KEYS)
+        assert settings.get("fold", False) == (causal and seqlen <= limit)
 
 
 def test_a_runner_calls_into_its_own_library(ab, monkeypatch):

@@ -161,6 +161,16 @@ def test_short_causal_attention_takes_folds():
     assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
 
 
+def test_equal_length_fp8_d128_causal_attention_takes_folds_to_16k():
+    # sequences of one length split the folds' last round: FP8 d128 takes folds up to 16K keys then, only then
+    folds = attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True)
+    assert folds == {**attention_sm90.FASTER[(128, True, True)], **attention_sm90.SHORT_CAUSAL[(128, True)]}
+    assert "fold" not in attention_sm90.best_settings(128, True, True, 16384)
+    assert "fold" not in attention_sm90.best_settings(128, True, True, 16385, equal_lengths=True)
+    assert "fold" not in attention_sm90.best_settings(128, False, True, 16384, equal_lengths=True)
+    assert "fold" not in attention_sm90.best_settings(128, True, False, 4096, equal_lengths=True)
+
+
 def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
     # quantize_qkv writes V key-permuted exactly where this kernel serves FP8: the Triton kernel reads the natural
     # order only
