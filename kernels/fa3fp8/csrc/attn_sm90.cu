@@ -981,7 +981,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
-  WorkTile t;
+  WorkTile t;  // splits are of launches without a causal mask, or of causal folds
   if (!tile_at<BLOCK_M, BLOCK_N, FOLD, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
       t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
     return;
