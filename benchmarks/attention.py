@@ -304,8 +304,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},  # no causal mask (FULL_ONLY)
     ("cuda-overlap-nosplit", False): {"loop": "overlap", "split": False},  # a last round not split (FULL_ONLY)
     ("cuda-overlap-pairs-nosplit", False): {"loop": "overlap", "cluster": 2, "split": False},
-    ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY)
-    ("cuda-overlap-fold-nosplit", False): {"loop": "overlap", "fold": True, "split": False},
+    ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY), d256 (D256_ONLY)
     ("cuda-overlap-128-fold", False): {"loop": "overlap", "block_n": 128, "fold": True},
     ("cuda-overlap-128-fold-nosplit", False): {"loop": "overlap", "block_n": 128, "fold": True, "split": False},
     ("triton", True): None,
@@ -326,6 +325,7 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-fold", False), ("cu
              ("cuda-serial-3wg", True), ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True),
              ("cuda-serial-3wg-pairs-nosplit", True), ("cuda-serial-3wg-fold", True),
              ("cuda-serial-3wg-fold-nosplit", True)}
+D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
 FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
              "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
@@ -408,6 +408,7 @@ def kernels(args):
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
         names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or (n, f) not in D128_ONLY)
+                 and (d == 256 or (n, f) not in D256_ONLY)
                  and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
                  and (n == "triton" or args.impls is None or n in args.impls)]
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}

@@ -1259,18 +1259,16 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, cons
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
 // through multicast, the overlapped loop on the default tiles without a causal mask; fold: causal, persistent CTAs
-// dealt folds, the overlapped loop, on either tile at d128 (both checked by the caller).
+// dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
   if (cluster == 2)
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
-  if (fold) {
-    if (d == 256) return launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l);
-    return block_n == 128 ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l)
-                          : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 1, true>(l);
-  }
+  if (fold)
+    return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l)
+                    : launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -1333,7 +1331,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
 // CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask); fold: 1 runs causal attention
-// in persistent CTAs dealt folds (OVERLAP), 0 one CTA per work tile; workspace as above.
+// in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above.
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -1344,7 +1342,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)) ||
-      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1)))
+      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
