@@ -5,13 +5,16 @@ prefill hands it, beside a plain device copy of the same input (the memory syste
 
 One layer's Q (with the Hadamard rotation), K (likewise) and V (transposed, keys permuted, power-of-two scales), as
 `quantize_qkv` runs them: Llama-3.1-8B's attention (32 query heads, 8 KV heads, d 128) at a 128K one-pass prefill
-and at an 8K chunk, and the attention benchmark's S16K shape (16 heads). Inputs are (batch, heads, seq, d) tensors
-seen as (tokens, heads, d), as transformers hands them to attention ("heads-major", read in place), or contiguous
-(tokens, heads, d). Each setting (programs per SM, pipeline stages, warps) is timed and checked bit for bit against
-the default's output; "per-tile" is one program per tile without a pipeline (the quantizer before it walked
-tiles), and "per-tile+copy" adds the `.contiguous()` copy the heads-major input needed then. Reports ms (median of
-triton.testing.do_bench), GB/s of bytes read and written, and the ratio to the copy's GB/s. `--out DIR` writes
-quantize-<gpu>-<date>.json and a PNG there.
+and at an 8K chunk, and the attention benchmark's S16K shapes (16 heads of d128, 8 of d256). Inputs are (batch,
+heads, seq, d) tensors seen as (tokens, heads, d), as transformers hands them to attention ("heads-major", read in
+place), or contiguous (tokens, heads, d). Whole layers: the defaults, "per-tile" (one program per tile without a
+pipeline, as the quantizer first ran), "per-tile+copy" (with the `.contiguous()` copy the heads-major input needed
+then) and "no Hadamard" (`hadamard=False`), with two times: `ms`, the median of triton.testing.do_bench
+(back-to-back calls on the stream; where the host takes longer to enqueue the three launches than the GPU to run
+them, this is host time), and `gpu_ms`, the mean over replays of a CUDA graph of the same calls (GPU time alone),
+which GB/s and the ratio to the copy's rate are from. Then each part alone under every setting of its head dim
+(programs per SM, pipeline stages, warps: quantize.PIPELINE's choices come from here), in GPU time, its output
+checked bit for bit against the defaults'. `--out DIR` writes quantize-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse
@@ -22,93 +25,147 @@ from pathlib import Path
 
 import torch
 import triton
-from triton.testing import do_bench
+from triton.runtime.errors import OutOfResources
+from triton.testing import do_bench, do_bench_cudagraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 
-import fa3fp8  # noqa: E402
 from fa3fp8 import quantize  # noqa: E402
 from fa3fp8.configs import fp8_blocks  # noqa: E402
-from fa3fp8.testing import differing_fields  # noqa: E402
 
-D = 128
-SHAPES = {  # name -> (tokens, heads, kv_heads)
-    "128K one pass, 32/8 heads": (131072, 32, 8),
-    "8K chunk, 32/8 heads": (8192, 32, 8),
-    "S16K, 16/16 heads": (16384, 16, 16),
+SHAPES = {  # name -> (tokens, heads, kv_heads, head dim)
+    "128K one pass, 32/8 heads": (131072, 32, 8, 128),
+    "8K chunk, 32/8 heads": (8192, 32, 8, 128),
+    "S16K, 16/16 heads": (16384, 16, 16, 128),
+    "S16K d256, 8/8 heads": (16384, 8, 8, 256),
 }
-SETTINGS = [(p, s, w) for p in (2, 4, 8) for s in (1, 2, 3) for w in (4, 8)]  # programs per SM, stages, warps
+PARTS = ("Q", "K", "V")
+# head dim -> the settings (programs per SM, pipeline stages, warps) each part is timed with; d256's Hadamard matrix
+# alone takes 128 KB of shared memory, so its tiles go one at a time
+SETTINGS = {
+    128: [(p, s, w) for p in (2, 4, 8) for s in (1, 2, 3) for w in (4, 8)],
+    256: [(p, 1, w) for p in (1, 2, 4) for w in (4, 8, 16)],
+}
 PER_TILE = 1 << 20  # programs per SM past any tile count: one program per tile
 
 
-def timed(fn) -> float:
-    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+def gpu_time(fn) -> float:
+    """ms of GPU time of one call of fn: the mean over replays of a CUDA graph of it."""
+    fn()  # compiles, and caches what the calls look up (the Hadamard matrix) before the graph is captured
+    return do_bench_cudagraph(fn, rep=60)
 
 
-def layer_inputs(tokens, heads, kv_heads, heads_major):
-    """Random bf16 Q (tokens, heads, D), K and V (tokens, kv_heads, D), heads-major views or contiguous."""
+def timed(fn) -> tuple[float, float]:
+    """(ms on the stream, ms of GPU time) of one call of fn: do_bench's median, and gpu_time."""
+    gpu_ms = gpu_time(fn)
+    return do_bench(fn, warmup=10, rep=60, return_mode="median"), gpu_ms
+
+
+def layer_inputs(tokens, heads, kv_heads, d, heads_major):
+    """Random bf16 Q (tokens, heads, d), K and V (tokens, kv_heads, d), heads-major views or contiguous."""
     def make(h):
         if heads_major:
-            return torch.randn(h, tokens, D, device="cuda", dtype=torch.bfloat16).transpose(0, 1)
-        return torch.randn(tokens, h, D, device="cuda", dtype=torch.bfloat16)
+            return torch.randn(h, tokens, d, device="cuda", dtype=torch.bfloat16).transpose(0, 1)
+        return torch.randn(tokens, h, d, device="cuda", dtype=torch.bfloat16)
 
     return make(heads), make(kv_heads), make(kv_heads)
 
 
-def quantize_layer(q, k, v, programs_per_sm, stages, warps, copy=False):
-    """quantize_qkv's three quantizer calls on one layer's Q, K, V, as its QuantizedQ and QuantizedKV; `copy` makes
-    each input contiguous first."""
-    block_m, block_n = fp8_blocks(D)
-    tokens = q.shape[0]
-    cu = torch.tensor([0, tokens], dtype=torch.int32, device=q.device)
-    grid = {"programs_per_sm": programs_per_sm, "stages": stages, "num_warps": warps}
+def quantize_part(part, x, cu, setting=None, copy=False, hadamard=True):
+    """quantize_qkv's quantizer call for one part ("Q", "K" or "V") of a layer, one sequence (cu its cu_seqlens);
+    `setting` (programs per SM, stages, warps) or None for the quantizer's own; `copy` makes x contiguous first."""
+    block_m, block_n = fp8_blocks(x.shape[-1])
+    grid = {} if setting is None else dict(zip(("programs_per_sm", "stages", "num_warps"), setting))
     if copy:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    q8, q_scale, cu_blocks_q = quantize.quantize_blocks(q, cu, tokens, block_m, True, **grid)
-    k8, k_scale, cu_blocks_k = quantize.quantize_blocks(k, cu, tokens, block_n, True, **grid)
-    v8t, v_scale, _ = quantize.quantize_blocks(v, cu, tokens, block_n, False, transpose=True, permute=True,
-                                               pow2_scale=True, **grid)
-    return (fa3fp8.QuantizedQ(q8, q_scale, cu, cu_blocks_q, tokens, block_m, True, q.dtype, None),
-            fa3fp8.QuantizedKV(k8, v8t, k_scale, v_scale, cu, cu_blocks_k, tokens, block_n, True, True))
+        x = x.contiguous()
+    if part == "V":
+        return quantize.quantize_blocks(x, cu, x.shape[0], block_n, False, transpose=True, permute=True,
+                                        pow2_scale=True, **grid)
+    return quantize.quantize_blocks(x, cu, x.shape[0], block_m if part == "Q" else block_n, hadamard, **grid)
 
 
-def layer_bytes(q, k, v) -> int:
-    """Bytes read (bf16) and written (e4m3, one fp32 scale per block) by one layer's quantization."""
-    elements = q.numel() + k.numel() + v.numel()
-    return 3 * elements + 4 * (q.numel() // (64 * D) + 2 * k.numel() // (128 * D))
+def quantize_layer(q, k, v, cu, setting=None, copy=False, hadamard=True):
+    """The three parts of one layer, as quantize_qkv runs them: their outputs, Q's, K's and V's."""
+    return [quantize_part(part, x, cu, setting, copy, hadamard) for part, x in zip(PARTS, (q, k, v))]
 
 
-def bench(rows, table):
-    for shape, (tokens, heads, kv_heads) in SHAPES.items():
+def same_output(part, a, b) -> bool:
+    """Two quantize_blocks outputs (data, scale, cu_blocks) of one part equal bit for bit over the tiles in use
+    (scales past cu_blocks[-1] are unset, and so are V's columns past its last tile)."""
+    (data_a, scale_a, tiles_a), (data_b, scale_b, tiles_b) = a, b
+    used = int(tiles_a[-1])
+    if part == "V":
+        columns = used * fp8_blocks(data_a.shape[1])[1]
+        data_a, data_b = data_a[..., :columns], data_b[..., :columns]
+    return (torch.equal(tiles_a, tiles_b) and torch.equal(scale_a[:, :used], scale_b[:, :used])
+            and torch.equal(data_a.view(torch.uint8), data_b.view(torch.uint8)))
+
+
+def layer_bytes(x, block) -> int:
+    """Bytes read (bf16) and written (e4m3, one fp32 scale per block) by quantizing x."""
+    return 3 * x.numel() + 4 * x.numel() // (block * x.shape[-1])
+
+
+def bench_layers(rows, table):
+    """Each shape's whole layer, heads-major and contiguous: a copy, the defaults, one program per tile, no Hadamard."""
+    for shape, (tokens, heads, kv_heads, d) in SHAPES.items():
+        cu = torch.tensor([0, tokens], dtype=torch.int32, device="cuda")
+        block_m, block_n = fp8_blocks(d)
         for heads_major in (True, False):
             layout = "heads-major" if heads_major else "contiguous"
-            q, k, v = layer_inputs(tokens, heads, kv_heads, heads_major)
-            nbytes = layer_bytes(q, k, v)
-            copy_ms = timed(lambda: (q.clone(), k.clone(), v.clone()))
-            copy_gbps = 4 * (q.numel() + k.numel() + v.numel()) / (copy_ms * 1e-3) / 1e9
-            rows.append({"shape": shape, "layout": layout, "impl": "copy", "ms": round(copy_ms, 4),
-                         "gbps": round(copy_gbps, 1)})
-            defaults = (quantize.PROGRAMS_PER_SM, *quantize.PIPELINE[D])
-            default = quantize_layer(q, k, v, *defaults)
-            variants = [("per-tile", PER_TILE, 1, 8, False)]  # 8 warps, as the quantizer had them then
+            q, k, v = layer_inputs(tokens, heads, kv_heads, d, heads_major)
+            nbytes = layer_bytes(q, block_m) + layer_bytes(k, block_n) + layer_bytes(v, block_n)
+            copy_ms, copy_gpu_ms = timed(lambda: (q.clone(), k.clone(), v.clone()))
+            copy_gbps = 4 * (q.numel() + k.numel() + v.numel()) / (copy_gpu_ms * 1e-3) / 1e9
+            rows.append({"shape": shape, "layout": layout, "part": "layer", "impl": "copy", "ms": round(copy_ms, 4),
+                         "gpu_ms": round(copy_gpu_ms, 4), "gbps": round(copy_gbps, 1)})
+            default = quantize_layer(q, k, v, cu)
+            per_tile = (PER_TILE, 1, 8)  # 8 warps, as the quantizer had them then
+            variants = [("default", None, False, True), ("per-tile", per_tile, False, True)]
             if heads_major:
-                variants.append(("per-tile+copy", PER_TILE, 1, 8, True))
-            variants += [(f"{p}/SM, {s} stages, {w} warps", p, s, w, False) for p, s, w in SETTINGS]
-            for name, programs, stages, warps, copy in variants:
-                ms = timed(lambda: quantize_layer(q, k, v, programs, stages, warps, copy))
-                gbps = nbytes / (ms * 1e-3) / 1e9
-                exact = not any(map(differing_fields, quantize_layer(q, k, v, programs, stages, warps, copy), default))
-                rows.append({"shape": shape, "layout": layout, "impl": name, "programs_per_sm": programs,
-                             "stages": stages, "warps": warps, "ms": round(ms, 4), "gbps": round(gbps, 1),
-                             "vs_copy": round(gbps / copy_gbps, 3), "exact": exact,
-                             "default": (programs, stages, warps) == defaults})
-                table.append(f"{shape:28s} {layout:11s} {name:26s} {ms:8.3f} ms {gbps:7.0f} GB/s "
-                             f"{gbps / copy_gbps:5.2f}x copy {'' if exact else ' MISMATCH'}")
+                variants.append(("per-tile+copy", per_tile, True, True))
+            variants.append(("no Hadamard", None, False, False))
+            for name, setting, copy, hadamard in variants:
+                def run():
+                    return quantize_layer(q, k, v, cu, setting, copy, hadamard)
+
+                ms, gpu_ms = timed(run)
+                gbps = nbytes / (gpu_ms * 1e-3) / 1e9
+                exact = not hadamard or all(map(same_output, PARTS, run(), default))
+                rows.append({"shape": shape, "layout": layout, "part": "layer", "impl": name, "ms": round(ms, 4),
+                             "gpu_ms": round(gpu_ms, 4), "gbps": round(gbps, 1), "vs_copy": round(gbps / copy_gbps, 3),
+                             "exact": exact})
+                table.append(f"{shape:28s} {layout:11s} {name:14s} {ms:8.3f} ms {gpu_ms:8.3f} ms GPU {gbps:7.0f} GB/s "
+                             f"{gbps / copy_gbps:5.2f}x copy{'' if exact else '  MISMATCH'}")
             del q, k, v
 
 
+def sweep_parts(rows, table):
+    """Each part of each shape (heads-major, as transformers hands it) under every setting of its head dim, in GPU
+    time, checked bit for bit against the defaults' output; the table gives each part's default and best."""
+    for shape, (tokens, heads, kv_heads, d) in SHAPES.items():
+        cu = torch.tensor([0, tokens], dtype=torch.int32, device="cuda")
+        for part, x in zip(PARTS, layer_inputs(tokens, heads, kv_heads, d, heads_major=True)):
+            default = quantize_part(part, x, cu)
+            timings = {}
+            for setting in [None, *SETTINGS[d]]:
+                name = "default" if setting is None else "{}/SM, {} stages, {} warps".format(*setting)
+                try:
+                    gpu_ms = gpu_time(lambda: quantize_part(part, x, cu, setting))
+                except OutOfResources:  # more shared memory than a program may have
+                    continue
+                exact = same_output(part, quantize_part(part, x, cu, setting), default)
+                timings[name] = gpu_ms
+                rows.append({"shape": shape, "layout": "heads-major", "part": part, "impl": name,
+                             "setting": setting, "gpu_ms": round(gpu_ms, 4), "exact": exact})
+            best = min(timings, key=timings.get)
+            table.append(f"{shape:28s} {part}  default {timings['default'] * 1e3:6.1f} us   best {best:26s} "
+                         f"{timings[best] * 1e3:6.1f} us")
+            del x
+
+
 def plot(rows, path):
-    """GB/s of each setting, one panel per shape, heads-major input."""
+    """GB/s of the copy and of each whole-layer variant, one panel per shape, heads-major input."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +173,7 @@ def plot(rows, path):
 
     fig, axes = plt.subplots(1, len(SHAPES), figsize=(6 * len(SHAPES), 5), sharey=True)
     for ax, shape in zip(axes, SHAPES):
-        picked = [r for r in rows if r["shape"] == shape and r["layout"] == "heads-major"]
+        picked = [r for r in rows if r["shape"] == shape and r["layout"] == "heads-major" and r["part"] == "layer"]
         ax.barh([r["impl"] for r in picked], [r["gbps"] for r in picked],
                 color=["gray" if r["impl"] == "copy" else "tab:blue" for r in picked])
         ax.set_title(shape)
@@ -131,7 +188,8 @@ def main():
     parser.add_argument("--out", help="folder for quantize-<gpu>-<date>.json and .png (not written without it)")
     args = parser.parse_args()
     rows, table = [], []
-    bench(rows, table)
+    bench_layers(rows, table)
+    sweep_parts(rows, table)
     gpu = torch.cuda.get_device_name()
     print("\n".join(table))
     if args.out:
@@ -139,7 +197,7 @@ def main():
         out.mkdir(parents=True, exist_ok=True)
         stem = f"quantize-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
         versions = {"torch": torch.__version__, "triton": triton.__version__}
-        (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, **versions, "d": D, "rows": rows}, indent=1))
+        (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, **versions, "rows": rows}, indent=1))
         plot(rows, out / f"{stem}.png")
         print(f"wrote {out / stem}.json")
 

@@ -4,10 +4,11 @@ optionally in the CUDA kernel's order, fp8_layout.v_key_positions).
 Each tile of one sequence and one head is quantized on its own: its rows are multiplied by the random-sign Hadamard
 matrix (a tensor-core product with ±1 entries, so exact products and fp32 sums), and x · 448 / amax is written as
 e4m3 with scale amax / 448 (amax: the tile's absolute maximum). A program walks a sequence's tiles of one head with
-a stride, a few programs per SM in all, so that it loads the Hadamard matrix once and its next tiles' loads overlap
-the current tile's work. The input may be any (token, head) strided view with contiguous rows, such as the
-(batch, heads, seq, d) tensor transformers hands attention, transposed: it is read in place. One layer's Q, K and V
-at 128K tokens (32 / 8 heads, d128) take 1.07 ms on the H200, half the rate of a plain copy (benchmarks/quantize.py).
+a stride, a few programs per SM in all, so that it loads the Hadamard matrix once, and the SM's other programs' loads
+overlap its work (or, pipelined, its own next tiles'). The input may be any (token, head) strided view with
+contiguous rows, such as the (batch, heads, seq, d) tensor transformers hands attention, transposed: it is read in
+place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.75 ms at 128K tokens
+(32 / 8 heads), 0.106 ms at 16K (16 / 16 heads), 0.059 ms at 8K (32 / 8), 0.70-1.03x a plain copy's byte rate.
 """
 
 import functools
@@ -20,11 +21,15 @@ from . import env
 from .fp8_layout import E4M3_MAX, tile_bound
 from .hadamard import sign_hadamard
 
-PROGRAMS_PER_SM = 4  # resident programs per SM the grid is sized for
-# head dim -> (tiles in flight per program, warps per program), from benchmarks/quantize.py on the H200 (128K tokens,
-# 32 / 8 heads: 1.07 ms per layer against 1.16-1.33 with 2 stages of 8 warps); d256's Hadamard matrix alone takes
-# 128 KB of shared memory, so its tiles go one at a time
-PIPELINE = {64: (3, 4), 128: (3, 4), 256: (1, 8)}
+PROGRAMS_PER_SM = 4  # programs per SM the grid is sized for
+# head dim -> (tiles in flight per program, warps per program). d128 from benchmarks/quantize.py on the H200 (session
+# 14, GPU time of CUDA-graph replays, one layer, heads-major input): one tile at a time, 4 warps: 0.753 ms at 128K
+# tokens (32 / 8 heads), 0.106 at 16K (16 / 16), 0.059 at 8K (32 / 8), against 0.772 / 0.133 / 0.073 with three
+# in flight: the pipeline's buffers take shared memory (90 KB a program for Q, 139 KB for K with three), so fewer
+# programs are resident, and a program's walk at 8-16K tokens is a few tiles long, most of it the pipeline's
+# filling. d64 (untimed) keeps three; d256's Hadamard matrix alone takes 128 KB of shared memory, so its tiles go
+# one at a time.
+PIPELINE = {64: (3, 4), 128: (1, 4), 256: (1, 8)}
 
 
 @triton.jit
