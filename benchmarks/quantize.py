@@ -1,7 +1,7 @@
 """FP8 quantization benchmark: fa3fp8's fused quantizer (Hadamard, per-block scales, V transposed) on the shapes a
 prefill hands it, beside a plain device copy of the same input (the memory system's rate), on one GPU.
 
-    python benchmarks/quantize.py [--out DIR]
+    python benchmarks/quantize.py [--out DIR] [--layers-only]
 
 One layer's Q (with the Hadamard rotation), K (likewise) and V (transposed, keys permuted, power-of-two scales), as
 `quantize_qkv` runs them: Llama-3.1-8B's attention (32 query heads, 8 KV heads, d 128) at a 128K one-pass prefill
@@ -186,10 +186,12 @@ def plot(rows, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="folder for quantize-<gpu>-<date>.json and .png (not written without it)")
+    parser.add_argument("--layers-only", action="store_true", help="whole layers only, no sweep of the parts")
     args = parser.parse_args()
     rows, table = [], []
     bench_layers(rows, table)
-    sweep_parts(rows, table)
+    if not args.layers_only:
+        sweep_parts(rows, table)
     gpu = torch.cuda.get_device_name()
     print("\n".join(table))
     if args.out:

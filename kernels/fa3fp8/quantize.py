@@ -21,15 +21,21 @@ from . import env
 from .fp8_layout import E4M3_MAX, tile_bound
 from .hadamard import sign_hadamard
 
-PROGRAMS_PER_SM = 4  # programs per SM the grid is sized for
-# head dim -> (tiles in flight per program, warps per program). d128 from benchmarks/quantize.py on the H200 (session
-# 14, GPU time of CUDA-graph replays, one layer, heads-major input): one tile at a time, 4 warps: 0.753 ms at 128K
-# tokens (32 / 8 heads), 0.106 at 16K (16 / 16), 0.059 at 8K (32 / 8), against 0.772 / 0.133 / 0.073 with three
-# in flight: the pipeline's buffers take shared memory (90 KB a program for Q, 139 KB for K with three), so fewer
-# programs are resident, and a program's walk at 8-16K tokens is a few tiles long, most of it the pipeline's
-# filling. d64 (untimed) keeps three; d256's Hadamard matrix alone takes 128 KB of shared memory, so its tiles go
-# one at a time.
-PIPELINE = {64: (3, 4), 128: (1, 4), 256: (1, 8)}
+# (head dim, rows per tile, transposed) -> (programs per SM the grid is sized for, tiles in flight per program, warps
+# per program), from benchmarks/quantize.py on the H200 (session 14: each part alone in GPU time at 8K, 16K and 128K
+# tokens, heads-major input; `quantize-nvidia-h200-2026-12-02-session14-parts.json`). d128: Q's 64-row tiles
+# 31.7-456 us against 33.9-478 with every part on four programs of three 4-warp stages (session 7's choice); K's
+# 128-row tiles on 8 warps, whose fp32 tile then takes 64 registers a thread instead of 128 (4 warps: 239 registers,
+# one program per SM), 10.7-120 us against 12.2-154; V (no rotation; transposed through shared memory) one tile at a
+# time, 6.0-108 us against 6.1-112. d256 (16K tokens): its Hadamard matrix alone takes 128 KB of shared memory, one
+# program per SM, tiles one at a time: Q / K 62 us, V on 16 warps 38 us, against 66 / 42 on 8 warps. d64: untimed,
+# session 7's choice.
+PIPELINE = {
+    (64, 64, False): (4, 3, 4), (64, 128, False): (4, 3, 4), (64, 128, True): (4, 3, 4),
+    (128, 64, False): (2, 3, 4), (128, 128, False): (2, 2, 8), (128, 128, True): (8, 1, 4),
+    (256, 128, False): (1, 1, 8), (256, 128, True): (1, 1, 16),
+}
+OTHER_TILES = (4, 1, 4)  # tiles PIPELINE does not list: the interpreter's small ones, where these do not matter
 
 
 @triton.jit
@@ -122,11 +128,11 @@ def _programs_per_sequence(x: torch.Tensor, tiles: int, heads_x_batch: int, prog
 
 
 def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False, pow2_scale=False,
-                    programs_per_sm=PROGRAMS_PER_SM, stages=None, num_warps=None):
+                    programs_per_sm=None, stages=None, num_warps=None):
     """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3, with scale amax / 448 or,
     with `pow2_scale`, the power of two fp8_layout.pow2_scale (V's). x may be any view whose last dim is
     contiguous; `programs_per_sm`, `stages` and `num_warps` size the grid, the pipeline and the programs (None:
-    the head dim's PIPELINE; benchmarks/quantize.py sweeps them).
+    PIPELINE's for this head dim, tile and layout; benchmarks/quantize.py sweeps them).
 
     Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (with `permute`, each tile's
     keys at fp8_layout.v_key_positions; block a multiple of 32), the fp32 scales
@@ -148,8 +154,10 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     cu_blocks = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # written by the kernel
     if x.stride(-1) != 1:
         x = x.contiguous()
-    stages = PIPELINE[d][0] if stages is None else stages
-    num_warps = PIPELINE[d][1] if num_warps is None else num_warps
+    tuned = PIPELINE.get((d, block, transpose), OTHER_TILES)
+    programs_per_sm, stages, num_warps = (
+        default if given is None else given for given, default in zip((programs_per_sm, stages, num_warps), tuned)
+    )
     r = sign_hadamard(d, dtype=x.dtype, device=str(x.device))
     grid = (_programs_per_sequence(x, triton.cdiv(max_seqlen, block), heads * batch, programs_per_sm), heads, batch)
     _quantize_kernel[grid](
