@@ -7,8 +7,8 @@ e4m3 with scale amax / 448 (amax: the tile's absolute maximum). A program walks 
 a stride, a few programs per SM in all, so that it loads the Hadamard matrix once, and the SM's other programs' loads
 overlap its work (or, pipelined, its own next tiles'). The input may be any (token, head) strided view with
 contiguous rows, such as the (batch, heads, seq, d) tensor transformers hands attention, transposed: it is read in
-place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.75 ms at 128K tokens
-(32 / 8 heads), 0.106 ms at 16K (16 / 16 heads), 0.059 ms at 8K (32 / 8), 0.70-1.03x a plain copy's byte rate.
+place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.653 ms at 128K tokens
+(32 / 8 heads), 0.095 ms at 16K (16 / 16 heads), 0.055 ms at 8K (32 / 8): 0.74-1.20x a plain copy's byte rate.
 """
 
 import functools
