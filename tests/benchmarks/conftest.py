@@ -25,3 +25,9 @@ def bench():
 def ab():
     """benchmarks/kernel_ab.py"""
     return _load("kernel_ab")
+
+
+@pytest.fixture(scope="module")
+def quant():
+    """benchmarks/quantize.py"""
+    return _load("quantize")
