@@ -1,6 +1,8 @@
 """Public attention functions: input validation, torch.library custom ops (with fake kernels for
 torch.compile) and the choice between the Triton kernels and the PyTorch reference."""
 
+import functools
+
 import torch
 
 from . import env
@@ -18,13 +20,20 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
+@functools.cache
+def _is_hopper(device_index: int) -> bool:
+    """Asked once per device: torch's capability query took 13 us a call under cProfile on the H200 machine, and
+    quantize_qkv asks for every part it launches."""
+    return torch.cuda.get_device_capability(device_index)[0] == 9
+
+
 def _use_triton(t: torch.Tensor) -> bool:
     choice = env.backend()
     if choice != "auto":
         return choice == "triton"
     if env.interpreting():
         return True
-    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] == 9
+    return t.is_cuda and _is_hopper(t.device.index)
 
 
 def _cuda_serves_fp8(q: torch.Tensor, block_m: int, block_n: int) -> bool:
