@@ -67,11 +67,16 @@ def _built() -> Path | None:
     return None
 
 
+def cache_path() -> Path:
+    """Where the library is built when no prebuilt one is beside the source: in the cache directory."""
+    return Path(env.cache_dir()) / library_name(SOURCE)
+
+
 def library_path() -> Path:
     """The built library, compiled into the cache directory when it is not there yet."""
     built = _built()
     if built is None:
-        built = Path(env.cache_dir()) / library_name(SOURCE)
+        built = cache_path()
         compile_source(SOURCE, built)
     return built
 

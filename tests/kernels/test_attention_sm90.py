@@ -7,12 +7,11 @@ import ctypes
 import itertools
 import random
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-from fa3fp8 import attention_sm90, cuda_build, env
+from fa3fp8 import attention_sm90, cuda_build
 from fa3fp8.fp8_layout import permute_v_keys
 from fa3fp8.reference import attention_fp8_reference, attention_varlen_reference, quantize_qkv_reference
 from fa3fp8.testing import poison_cuda_cache, rmse
@@ -28,8 +27,7 @@ def ptxas_report():
     """ptxas's `-v` report of one build, one (kernel, facts) pair per template instance. The build goes where
     `cuda_build.load()` looks for the library, so the tests that call into it load this one (a CI machine builds the
     library once)."""
-    built = Path(env.cache_dir()) / cuda_build.library_name()
-    report = cuda_build.compile_source(cuda_build.SOURCE, built)
+    report = cuda_build.compile_source(cuda_build.SOURCE, cuda_build.cache_path())
     kernels = re.split(r"Compiling entry function '", report)[1:]
     return {text.split("'", 1)[0]: text for text in kernels}
 

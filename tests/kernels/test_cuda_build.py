@@ -43,7 +43,7 @@ def test_built_library_is_found_without_nvcc(tmp_path, monkeypatch):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     (tmp_path / cuda_build.library_name()).write_bytes(b"")
     monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    assert cuda_build.library_path() == tmp_path / cuda_build.library_name()
+    assert cuda_build.library_path() == tmp_path / cuda_build.library_name() == cuda_build.cache_path()
 
 
 def test_a_library_that_does_not_load_leaves_triton_serving(tmp_path, monkeypatch, fresh_availability):
