@@ -40,8 +40,9 @@ def flops(batch, heads, seqlen, d, causal):
     return 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
 
 
-def shape_for(seqlen, d):
-    return max(1, TOKENS // seqlen), HIDDEN // d
+def shape_for(seqlen, d, tokens=TOKENS):
+    """(batch, heads) of the benchmark shape at this length and head dim: `tokens` per batch, hidden HIDDEN."""
+    return max(1, tokens // seqlen), HIDDEN // d
 
 
 MIN_RUNS = 25  # do_bench's rep is a time: a 35 ms call (S64K) would otherwise be timed ~4 times
@@ -376,13 +377,14 @@ def settings_runner(extra, fp8, q, k, v, bundles, causal):
 
 
 def kernel_cases(args):
-    """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: each of --seqlens (default 16K) at 16K
-    tokens per batch, and with --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after them."""
+    """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: each of --seqlens (default 16K) at --tokens
+    per batch (default 16K), and with --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after
+    them."""
     cases = []
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
         for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
             for seqlen in args.seqlens:
-                batch, heads = shape_for(seqlen, d)
+                batch, heads = shape_for(seqlen, d, args.tokens)
                 cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)
                           if not (args.full_only if causal else args.causal_only)]
     if args.prefill_shape:
@@ -432,10 +434,10 @@ def kernels(args):
                 timings[name].append(flops(batch, heads, seqlen, d, causal) / timed(fn) / 1e9)
         for name, runs in timings.items():
             median, best = sorted(runs)[len(runs) // 2], max(runs)
-            rows.append(dict(impl=name, dtype=dtype, d=d, S=seqlen, heads=heads, kv_heads=kv_heads,
+            rows.append(dict(impl=name, dtype=dtype, d=d, S=seqlen, batch=batch, heads=heads, kv_heads=kv_heads,
                              causal=causal, tflops=round(median, 1), best=round(best, 1),
                              runs=[round(r, 1) for r in runs]))
-            table.append(f"{dtype:4s} {name:20s} d{d:<4d} S{seqlen} H{heads}/{kv_heads} "
+            table.append(f"{dtype:4s} {name:20s} d{d:<4d} B{batch} S{seqlen} H{heads}/{kv_heads} "
                          f"{'causal' if causal else 'full  '} {median:7.1f} TFLOPS (best {best:6.1f})")
         print("\n".join(table[-len(runners) - len(names):]), flush=True)
         del q, k, v, b
@@ -489,6 +491,8 @@ def main():
                         help="kernels: bf16 and/or fp8, comma-separated")
     parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[16384],
                         help="kernels: sequence lengths, comma-separated")
+    parser.add_argument("--tokens", type=int, default=TOKENS,
+                        help="kernels: tokens per batch (default 16K; 32768: batch 2 at S16K, 8 at S4K)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--causal-only", action="store_true", help="kernels: causal cases only")
     group.add_argument("--full-only", action="store_true", help="kernels: cases without a causal mask only")

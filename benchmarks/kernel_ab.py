@@ -29,7 +29,7 @@ from fa3fp8.testing import random_qkv  # noqa: E402
 def cases(seqlens):
     """(fp8, d, causal, seqlen, batch, heads, settings) for every CUDA head dim, both dtypes and masks."""
     args = argparse.Namespace(dtypes=["bf16", "fp8"], dims=list(bench.CUDA_HEAD_DIMS), seqlens=seqlens,
-                              causal_only=False, full_only=False, prefill_shape=False)
+                              causal_only=False, full_only=False, prefill_shape=False, tokens=bench.TOKENS)
     return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen, True))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
 

@@ -7,7 +7,7 @@ import pytest
 
 def _args(**overrides):
     args = dict(dtypes=["bf16", "fp8"], dims=[64, 128, 256], seqlens=[4096, 16384], causal_only=False,
-                full_only=False, prefill_shape=False)
+                full_only=False, prefill_shape=False, tokens=16384)
     return argparse.Namespace(**{**args, **overrides})
 
 
@@ -25,6 +25,11 @@ def test_cases_cover_the_cuda_head_dims_both_masks(bench):
 def test_mask_flags_keep_one_mask(bench, flag, causal):
     cases = bench.kernel_cases(_args(**{flag: True}))
     assert cases and all(c[2] is causal for c in cases)
+
+
+def test_tokens_set_the_batch_of_each_length(bench):
+    cases = bench.kernel_cases(_args(tokens=32768, seqlens=[4096, 16384, 65536]))
+    assert {(seqlen, batch) for _, _, _, seqlen, batch, *_ in cases} == {(4096, 8), (16384, 2), (65536, 1)}
 
 
 def test_prefill_shape_is_one_causal_fp8_case_after_the_others(bench):
