@@ -302,7 +302,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap", False): {"loop": "overlap"},
     ("cuda-serial", False): {"loop": "serial"},
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
-    ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},  # no causal mask (FULL_ONLY)
+    ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},
     ("cuda-overlap-nosplit", False): {"loop": "overlap", "split": False},  # a last round not split (FULL_ONLY)
     ("cuda-overlap-pairs-nosplit", False): {"loop": "overlap", "cluster": 2, "split": False},
     ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY), d256 (D256_ONLY)
@@ -327,8 +327,7 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-fold", False), ("cu
              ("cuda-serial-3wg-pairs-nosplit", True), ("cuda-serial-3wg-fold", True),
              ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
-FULL_ONLY = ("cuda-overlap-pairs", "cuda-serial-3wg-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
-             "cuda-serial-3wg-pairs-nosplit")
+FULL_ONLY = ("cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit", "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
                "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel

@@ -3,7 +3,8 @@ and for BF16/FP16.
 
 One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head; causal: one CTA
 per work tile, as their lengths differ, or persistent CTAs dealt folds of two tiles of equal total length, `fold`,
-for short sequences): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
+for short sequences), or pairs of CTAs on adjacent row blocks share each K/V tile (`cluster`): a producer
+warpgroup streams Q and a ring of K/V tiles through TMA; two
 (or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial"
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
@@ -51,13 +52,17 @@ SHORT_CAUSAL = {
 # 5 interleaved rounds at S16K: three consumers dealt folds 877 against 841 one CTA per work tile (cuDNN FP8 842);
 # at S64K they are level (922 against 929, 3 rounds), and BF16 d128 / FP8 d256 folds stay behind or level from 16K.
 EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
-# (head dim, fp8) -> CTAs per cluster without a causal mask, where the settings allow pairs (16-bit: the overlapped
-# loop on the default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row
-# blocks as a pair that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128
-# non-causal CTAs the same way). H200, session 10, TFLOPS, medians of 5 interleaved rounds at S 4K / 16K / 64K, pairs
-# against one CTA: BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against
-# 685 / 706 / 735 (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128
-# three consumers 839 / 882 / 944 against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171.
+# (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
+# default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row blocks as a pair
+# that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs
+# the same way); causal, both take the later block's key tiles, the earlier one's mask hiding the keys past its rows.
+# H200, TFLOPS, pairs against one CTA. Without a causal mask (session 10, medians of 5 interleaved rounds at S 4K /
+# 16K / 64K): BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against 685 / 706 / 735
+# (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128 three consumers 839 / 882 / 944
+# against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171. Causal (session 15, medians of 3
+# at S 4K / 16K / 64K, one CTA per work tile; below SHORT_CAUSAL_MAX_KEYS folds serve): BF16 d128 474 / 607 / 651
+# against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
+# 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
 # attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
@@ -99,15 +104,15 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     return {**settings, **SHORT_CAUSAL[(d, fp8)]} if settings is not None and short else settings
 
 
-def cluster_for(d: int, fp8: bool, causal: bool, loop: str, consumers: int, block_n: int) -> int:
-    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (no causal mask; 16-bit:
-    the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three in
-    order), else 1."""
+def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False) -> int:
+    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
+    16-bit: the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three
+    in order), else 1."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
         pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
-    return CLUSTER[(d, fp8)] if pairs and not causal else 1
+    return CLUSTER[(d, fp8)] if pairs and not fold else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -181,8 +186,8 @@ def attention_fp8_fwd_sm90(
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
     head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
-    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles
-    without a causal mask, two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention
+    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles,
+    two consumers overlapped or three, not with `fold`; None: cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
     (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
@@ -190,7 +195,7 @@ def attention_fp8_fwd_sm90(
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
-    cluster = cluster_for(d, True, causal, loop, consumers, block_n) if cluster is None else cluster
+    cluster = cluster_for(d, True, loop, consumers, block_n, fold) if cluster is None else cluster
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
@@ -213,13 +218,13 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles without a causal mask; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
+    the default tiles, not with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
     dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and
     `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
-    cluster = cluster_for(d, False, causal, loop, 2, block_n) if cluster is None else cluster
+    cluster = cluster_for(d, False, loop, 2, block_n, fold) if cluster is None else cluster
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)

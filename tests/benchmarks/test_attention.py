@@ -40,9 +40,8 @@ def test_prefill_shape_is_one_causal_fp8_case_after_the_others(bench):
 
 
 def test_every_named_kernel_is_a_launcher_setting(bench):
-    # the rows' names: one CTA unless a name says pairs (no causal mask), one CTA per causal work tile unless it says
-    # fold (causal only), a persistent launch's last round split along the keys unless it says nosplit (no causal
-    # mask, or folds)
+    # the rows' names: one CTA unless a name says pairs, one CTA per causal work tile unless it says fold (causal
+    # only), a persistent launch's last round split along the keys unless it says nosplit (no causal mask, or folds)
     for (name, fp8), extra in bench.KERNELS.items():
         if extra is None:
             assert name == "triton"
@@ -52,8 +51,6 @@ def test_every_named_kernel_is_a_launcher_setting(bench):
         assert ("nosplit" in name) == (not extra.get("split", True)), name
         if "nosplit" in name:  # only persistent launches split their last round
             assert name in bench.FULL_ONLY or "fold" in name, name
-        if "pairs" in name:  # built without a causal mask only
-            assert name in bench.FULL_ONLY, name
         if "fold" in name:  # causal only
             assert name in bench.CAUSAL_ONLY, name
     assert bench.D128_ONLY | bench.D256_ONLY <= set(bench.KERNELS)

@@ -54,14 +54,13 @@ def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
-    # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (non-causal: 2 consumers overlapped at each
-    # head dim, 3 in order at d128) x output, and causal folds (2 consumers overlapped at each head dim, 3 in order
-    # at d128) x output;
+    # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (2 consumers overlapped at each
+    # head dim, 3 in order at d128) x causal x output, and causal folds (2 consumers overlapped at each head dim, 3 in
+    # order at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
-    # (dtype x head dim, overlapped, non-causal), and causal folds (dtype x head dim, overlapped; d128 on 128-key
-    # tiles)
+    # (dtype x head dim x causal, overlapped), and causal folds (dtype x head dim, overlapped; d128 on 128-key tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 + 6 + 16 + 4 + 4 + 4
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 4
     # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
     # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
     # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
@@ -97,10 +96,10 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x 2 output dtypes) and the folds (2 head
-    # dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs (2 dtypes x
-    # 2 head dims) and the folds (2 dtypes x 2 head dims)
-    assert checked == 8 + 4 + 4 + 12 + 4 + 4
+    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes) and the folds
+    # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
+    # (2 dtypes x 2 head dims x causal) and the folds (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 4
 
 
 @needs_nvcc
@@ -120,14 +119,16 @@ def test_default_settings_launch_variants_the_library_builds():
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         consumers = settings.get("consumers", 2)
         block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
-        cluster = attention_sm90.cluster_for(d, fp8, causal, loop, consumers, block_n)
+        cluster = attention_sm90.cluster_for(d, fp8, loop, consumers, block_n, fold)
         if fp8:
             code = entry_fp8(d, loop, consumers, block_n, cluster, int(causal), fold)
         else:
             code = entry_16bit(d, loop, block_n, cluster, int(causal), fold)
         assert code == -1, (d, fp8, causal, keys)
-    assert attention_sm90.cluster_for(128, False, True, "overlap", 2, 176) == 1  # causal: never pairs
-    assert attention_sm90.cluster_for(128, False, False, "overlap", 2, 128) == 1  # pairs take the default tiles
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176) == 2  # causal or not
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, fold=True) == 1  # a fold is one CTA's
+    assert attention_sm90.cluster_for(128, True, "serial", 3, 128, fold=True) == 1
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 1  # pairs take the default tiles
 
 
 def test_supported_blocks():
@@ -208,18 +209,19 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     assert entry(256, "overlap", 128) == -2
     assert entry(128, 2, 176) == -2  # no such loop
     assert entry(128, "overlap", 176, cluster=3) == -2
-    assert entry(128, "overlap", 176, cluster=2, causal=1) == -2  # pairs read the same keys: no causal mask
     assert entry(128, "serial", 176, cluster=2) == -2
     assert entry(128, "overlap", 128, cluster=2) == -2
     for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
     for d, block_n in [(128, 176), (256, 80)]:
-        assert entry(d, "overlap", block_n, cluster=2) == -1, d
+        for causal in (0, 1):
+            assert entry(d, "overlap", block_n, cluster=2, causal=causal) == -1, (d, causal)
     # folds: causal, the overlapped loop, one CTA per cluster, 128-key tiles at d128
     assert entry(128, "overlap", 128, fold=1) == -2  # no causal mask
     assert entry(128, "serial", 176, causal=1, fold=1) == -2
     assert entry(128, "overlap", 128, causal=1, fold=2) == -2
     assert entry(128, "overlap", 176, causal=1, fold=1) == -2
+    assert entry(256, "overlap", 80, causal=1, fold=1, cluster=2) == -2  # a fold is one CTA's
     for d, block_n in [(128, 128), (256, 80)]:
         assert entry(d, "overlap", block_n, causal=1, fold=1) == -1, (d, block_n)
 
@@ -235,14 +237,14 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     assert entry(128, "overlap", 3, 128) == -2  # three consumers in order only
     assert entry(256, "serial", 2, 256) == -2  # 256-key tiles: d128 only
     assert entry(128, "overlap", 2, 128, cluster=3) == -2
-    assert entry(128, "overlap", 2, 128, cluster=2, causal=1) == -2  # pairs read the same keys: no causal mask
     assert entry(128, "serial", 2, 128, cluster=2) == -2  # two consumers pair in the overlapped loop only
     assert entry(128, "serial", 2, 256, cluster=2) == -2
     for d, loop, consumers, block_n in [(128, "overlap", 2, 128), (256, "serial", 2, 128), (128, "serial", 3, 128),
                                         (128, "serial", 2, 256)]:
         assert entry(d, loop, consumers, block_n) == -1, (d, loop, consumers, block_n)
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
-        assert entry(d, loop, consumers, 128, cluster=2) == -1, (d, loop, consumers)
+        for causal in (0, 1):
+            assert entry(d, loop, consumers, 128, cluster=2, causal=causal) == -1, (d, loop, consumers, causal)
     # folds: causal, 128-key tiles, two consumers overlapped or three in order
     for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
                                                 (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
@@ -409,8 +411,6 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
                                     fold):
     if (consumers == 3 or block_n == 256) and d != 128:
         pytest.skip("three consumer warpgroups and 256-key tiles exist at d128 only")
-    if cluster == 2 and causal:
-        pytest.skip("pairs of CTAs run without a causal mask")
     if fold and not causal:
         pytest.skip("folds are of causal row blocks")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
@@ -461,8 +461,6 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
                                       fold):
     if block_n is not None and block_n not in attention_sm90.BLOCK_N_16BIT[d]:
         pytest.skip(f"no {block_n}-key tiles at d{d}")
-    if cluster == 2 and causal:
-        pytest.skip("pairs of CTAs run without a causal mask")
     if fold and not causal:
         pytest.skip("folds are of causal row blocks")
     if fold and d == 128 and block_n != 128:

@@ -507,7 +507,8 @@ struct WorkTile {
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
 // two CTAs takes row blocks 2i and 2i+1 of one sequence and head, which read the same K/V tiles: both run when the
-// first has rows (the second's rows past the end are computed and not stored). FOLD (causal, persistent CTAs):
+// first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
+// the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
 // for every f, so that CTAs dealt whole folds round-robin get equal work.
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
@@ -526,7 +527,8 @@ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
   t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
-  const int hi = CAUSAL ? max(min(t.seqlen_k, t.m0 + BLOCK_M + t.diag), 0) : t.seqlen_k;
+  const int last_row = (CLUSTER == 2 ? m_blk | 1 : m_blk) * BLOCK_M + BLOCK_M;  // past this tile's (pair's) rows
+  const int hi = CAUSAL ? max(min(t.seqlen_k, last_row + t.diag), 0) : t.seqlen_k;
   t.n_full = (CAUSAL ? max(min(t.seqlen_k, t.m0 + 1 + t.diag), 0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
   t.key0 = 0;
@@ -640,9 +642,9 @@ __device__ __forceinline__ int next_work(int w) {
 }
 
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
-// CLUSTER 2 (no causal mask): two CTAs of a cluster run adjacent row blocks in step, and each loads half of every
-// K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free again when the
-// consumers of both CTAs have released it.
+// CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
+// loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
+// again when the consumers of both CTAs have released it.
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
 // and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
 // consumers finish the last P·V and the epilogue of the current one.
@@ -660,8 +662,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
   constexpr bool SPLIT = splits_tail<E, D, CAUSAL, FOLD>();
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
-  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CAUSAL && BLOCK_N % 16 == 0),
-                "pairs of CTAs: no causal mask, half tiles of whole 8-row swizzle groups");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
+                "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
   static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
@@ -1231,23 +1233,28 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
-// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles without a causal mask; fold: causal,
-// persistent CTAs dealt folds, the overlapped loop on 128-key tiles (both checked by the caller).
+// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles; fold: causal, persistent CTAs dealt
+// folds, the overlapped loop on 128-key tiles (both checked by the caller).
 template <int D, typename OutT>
 cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fold, const Launch& l) {
-  if (cluster == 2) return launch<E4M3, D, 128, D == 128 ? 4 : 2, 2, false, OVERLAP, OutT, 2>(l);
-  if (fold) return launch<E4M3, D, 128, D == 128 ? 4 : 2, 2, true, OVERLAP, OutT, 1, true>(l);
+  constexpr int STAGES = D == 128 ? 4 : 2;
+  if (cluster == 2)
+    return causal ? launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 2>(l)
+                  : launch<E4M3, D, 128, STAGES, 2, false, OVERLAP, OutT, 2>(l);
+  if (fold) return launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 1, true>(l);
   if (block_n == 256)
     return causal ? launch<E4M3, 128, 256, 3, 2, true, SERIAL, OutT>(l)
                   : launch<E4M3, 128, 256, 3, 2, false, SERIAL, OutT>(l);
-  return launch_loop<E4M3, D, 128, D == 128 ? 4 : 2, 2, OutT>(causal, loop, l);
+  return launch_loop<E4M3, D, 128, STAGES, 2, OutT>(causal, loop, l);
 }
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 and fold as
 // above
 template <typename OutT>
 cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
-  if (cluster == 2) return launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
+  if (cluster == 2)
+    return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2>(l)
+                  : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
   if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
@@ -1263,9 +1270,13 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, cons
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
-  if (cluster == 2)
+  if (cluster == 2) {
+    if (causal)
+      return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 2>(l)
+                      : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 2>(l);
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
+  }
   if (fold)
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l)
                     : launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l);
@@ -1284,7 +1295,7 @@ extern "C" {
 // unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
-// tile (no causal mask, 128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
+// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
 // CTAs dealt folds (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace:
 // fa3fp8_split_workspace_bytes for the device's SM count and the fold flag, where the last round of a persistent
 // launch (no causal mask, or folds) may be split along the keys (TailSplit); null never splits.
@@ -1297,7 +1308,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
+      (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
       (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
@@ -1330,7 +1341,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
-// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, no causal mask); fold: 1 runs causal attention
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile); fold: 1 runs causal attention
 // in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above.
 // Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
@@ -1341,7 +1352,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (causal || loop != OVERLAP || block_n != wide)) ||
+      (cluster == 2 && (loop != OVERLAP || block_n != wide)) ||
       (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
