@@ -15,7 +15,7 @@
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 13.
+// Engineering log: kernels/NOTES.md, sessions 3 to 15.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
