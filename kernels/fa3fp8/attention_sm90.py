@@ -104,15 +104,18 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     return {**settings, **SHORT_CAUSAL[(d, fp8)]} if settings is not None and short else settings
 
 
-def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False) -> int:
+def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
+                max_seqlen_q: int | None = None) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
     16-bit: the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three
-    in order), else 1."""
+    in order), else 1; also 1 when the queries (`max_seqlen_q`, None: unknown) fit one CTA's rows, where a pair's
+    second CTA would only compute rows past their end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
         pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
-    return CLUSTER[(d, fp8)] if pairs and not fold else 1
+    one_block = max_seqlen_q is not None and max_seqlen_q <= 64 * consumers
+    return CLUSTER[(d, fp8)] if pairs and not fold and not one_block else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -195,7 +198,8 @@ def attention_fp8_fwd_sm90(
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
-    cluster = cluster_for(d, True, loop, consumers, block_n, fold) if cluster is None else cluster
+    if cluster is None:
+        cluster = cluster_for(d, True, loop, consumers, block_n, fold, max_seqlen_q)
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
@@ -224,7 +228,8 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
-    cluster = cluster_for(d, False, loop, 2, block_n, fold) if cluster is None else cluster
+    if cluster is None:
+        cluster = cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q)
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)

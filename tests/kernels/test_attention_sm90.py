@@ -129,6 +129,10 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, fold=True) == 1  # a fold is one CTA's
     assert attention_sm90.cluster_for(128, True, "serial", 3, 128, fold=True) == 1
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 1  # pairs take the default tiles
+    # queries within one CTA's rows (decode-shaped calls): a pair's second CTA would have none
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128) == 1
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=129) == 2
+    assert attention_sm90.cluster_for(128, True, "serial", 3, 128, max_seqlen_q=192) == 1
 
 
 def test_supported_blocks():
