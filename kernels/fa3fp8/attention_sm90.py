@@ -20,6 +20,7 @@ from . import cuda_build, env
 
 LOG2E = 1.4426950408889634
 KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
+WG_ROWS = 64  # query rows per consumer warpgroup: a CTA takes WG_ROWS x consumers rows
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
@@ -114,7 +115,7 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
         pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
-    one_block = max_seqlen_q is not None and max_seqlen_q <= 64 * consumers
+    one_block = max_seqlen_q is not None and max_seqlen_q <= WG_ROWS * consumers
     return CLUSTER[(d, fp8)] if pairs and not fold and not one_block else 1
 
 
@@ -206,7 +207,7 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, True, 64 * consumers, causal, fold, split)
+    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
@@ -236,7 +237,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, 128, causal, fold, split)
+    workspace = _split_workspace(q.device, d, False, WG_ROWS * 2, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,

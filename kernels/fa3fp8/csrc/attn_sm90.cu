@@ -1295,10 +1295,10 @@ extern "C" {
 // unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
-// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent
-// CTAs dealt folds (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace:
-// fa3fp8_split_workspace_bytes for the device's SM count and the fold flag, where the last round of a persistent
-// launch (no causal mask, or folds) may be split along the keys (TailSplit); null never splits.
+// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
+// (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
+// the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
+// may be split along the keys (TailSplit); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -1341,9 +1341,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
-// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile); fold: 1 runs causal attention
-// in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above.
-// Returns as above.
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile); fold: 1 runs causal attention in persistent
+// CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
