@@ -65,10 +65,6 @@ EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
 # 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
-# (head dim, fp8) -> CTAs per cluster of fold launches. 2 pairs folds 2g and 2g+1 of a head: their long row blocks
-# are adjacent, and so are their short ones, so the pair walks the later block's key tiles as above (row blocks per
-# head rounded up to a multiple of 4); paired folds do not split their last round.
-FOLD_CLUSTER = {(128, False): 1, (256, False): 1, (128, True): 1, (256, True): 1}
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
 # attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
 # code in it). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session 11's kernels, alternating
@@ -111,18 +107,16 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
                 max_seqlen_q: int | None = None) -> int:
-    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)], or with `fold` FOLD_CLUSTER[(d, fp8)], where
-    pairs are built (16-bit: the overlapped loop on the head dim's default tiles, or the folds'; FP8: 128-key tiles,
-    two consumers overlapped or three in order), else 1; also 1 when the queries (`max_seqlen_q`, None: unknown) fit
-    one CTA's rows, where a pair's second CTA would only compute rows past their end."""
+    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
+    16-bit: the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three
+    in order), else 1; also 1 when the queries (`max_seqlen_q`, None: unknown) fit one CTA's rows, where a pair's
+    second CTA would only compute rows past their end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
-        pairs = loop == "overlap" and (fold or block_n == BLOCK_N_16BIT[d][0])
+        pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
     one_block = max_seqlen_q is not None and max_seqlen_q <= WG_ROWS * consumers
-    if not pairs or one_block:
-        return 1
-    return (FOLD_CLUSTER if fold else CLUSTER)[(d, fp8)]
+    return CLUSTER[(d, fp8)] if pairs and not fold and not one_block else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -164,13 +158,12 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
-def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold: bool, cluster: int,
-                     split: bool) -> torch.Tensor:
+def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold: bool, split: bool) -> torch.Tensor:
     """The workspace where a persistent launch (no causal mask, or folds) may split its last round along the keys
     (csrc/attn_sm90.cu, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
-    (a null pointer: never split) for causal launches of one CTA per work tile, folds in pairs, kernels that do not
-    split (SPLITS_TAIL) and when `split` is off."""
-    if (causal and not fold) or (fold and cluster == 2) or not split or (d, fp8) not in SPLITS_TAIL:
+    (a null pointer: never split) for causal launches of one CTA per work tile, kernels that do not split
+    (SPLITS_TAIL) and when `split` is off."""
+    if (causal and not fold) or not split or (d, fp8) not in SPLITS_TAIL:
         return torch.empty(0, dtype=torch.uint8, device=device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     size = cuda_build.load().fa3fp8_split_workspace_bytes(sms, block_m, d, int(fold))
@@ -198,9 +191,9 @@ def attention_fp8_fwd_sm90(
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
     head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles,
-    two consumers overlapped or three; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
-    (pairs) dealt folds (a long and a short row block of one head) instead of one CTA (pair) per work tile (128-key
-    tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
+    two consumers overlapped or three, not with `fold`; None: cluster_for's choice); `fold`: causal attention
+    in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
+    (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
     idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
@@ -214,7 +207,7 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, causal, fold, cluster, split)
+    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
@@ -230,7 +223,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles or the folds'; None: cluster_for's choice); `fold`: causal attention in persistent CTAs (pairs)
+    the default tiles, not with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
     dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and
     `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
@@ -244,7 +237,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, WG_ROWS * 2, causal, fold, cluster, split)
+    workspace = _split_workspace(q.device, d, False, WG_ROWS * 2, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,

@@ -56,12 +56,11 @@ def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (2 consumers overlapped at each
     # head dim, 3 in order at d128) x causal x output, and causal folds (2 consumers overlapped at each head dim, 3 in
-    # order at d128) x output x {alone, paired};
+    # order at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
     # (dtype x head dim x causal, overlapped), and causal folds (dtype x head dim, overlapped; d128 on 128-key tiles)
-    # x {alone, paired}
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 * 2 + 16 + 4 + 4 * 2 + 4 * 2
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 4
     # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
     # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
     # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
@@ -98,9 +97,9 @@ def test_default_variants_have_no_spills(ptxas_report):
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
     # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes) and the folds
-    # (2 head dims x 2 output dtypes, alone and paired); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x
-    # causal, the pairs (2 dtypes x 2 head dims x causal) and the folds (2 dtypes x 2 head dims, alone and paired)
-    assert checked == 8 + 4 * 2 + 4 * 2 + 12 + 4 * 2 + 4 * 2
+    # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
+    # (2 dtypes x 2 head dims x causal) and the folds (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 4
 
 
 @needs_nvcc
@@ -127,13 +126,8 @@ def test_default_settings_launch_variants_the_library_builds():
             code = entry_16bit(d, loop, block_n, cluster, int(causal), fold)
         assert code == -1, (d, fp8, causal, keys)
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176) == 2  # causal or not
-    for d, fp8, consumers, block_n in [(128, False, 2, 128), (256, False, 2, 80), (128, True, 3, 128)]:
-        loop = "serial" if consumers == 3 else "overlap"  # folds pair as FOLD_CLUSTER says
-        fold_cluster = attention_sm90.cluster_for(d, fp8, loop, consumers, block_n, fold=True)
-        assert fold_cluster == attention_sm90.FOLD_CLUSTER[(d, fp8)]
-        code = (entry_fp8(d, loop, consumers, block_n, fold_cluster, 1, 1) if fp8
-                else entry_16bit(d, loop, block_n, fold_cluster, 1, 1))
-        assert code == -1, (d, fp8)
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, fold=True) == 1  # a fold is one CTA's
+    assert attention_sm90.cluster_for(128, True, "serial", 3, 128, fold=True) == 1
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 1  # pairs take the default tiles
     # queries within one CTA's rows (decode-shaped calls): a pair's second CTA would have none
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128) == 1
@@ -226,15 +220,14 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     for d, block_n in [(128, 176), (256, 80)]:
         for causal in (0, 1):
             assert entry(d, "overlap", block_n, cluster=2, causal=causal) == -1, (d, causal)
-    # folds: causal, the overlapped loop, 128-key tiles at d128, alone or in pairs
+    # folds: causal, the overlapped loop, one CTA per cluster, 128-key tiles at d128
     assert entry(128, "overlap", 128, fold=1) == -2  # no causal mask
     assert entry(128, "serial", 176, causal=1, fold=1) == -2
     assert entry(128, "overlap", 128, causal=1, fold=2) == -2
     assert entry(128, "overlap", 176, causal=1, fold=1) == -2
-    assert entry(128, "overlap", 176, causal=1, fold=1, cluster=2) == -2
+    assert entry(256, "overlap", 80, causal=1, fold=1, cluster=2) == -2  # a fold is one CTA's
     for d, block_n in [(128, 128), (256, 80)]:
-        for cluster in (1, 2):
-            assert entry(d, "overlap", block_n, causal=1, fold=1, cluster=cluster) == -1, (d, block_n, cluster)
+        assert entry(d, "overlap", block_n, causal=1, fold=1) == -1, (d, block_n)
 
 
 @needs_nvcc
@@ -260,10 +253,9 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
                                                 (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
         assert entry(d, loop, consumers, block_n, causal=causal, fold=1) == -2, (d, loop, consumers, block_n)
-    assert entry(128, "serial", 2, 128, causal=1, fold=1, cluster=2) == -2
+    assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
-        for cluster in (1, 2):
-            assert entry(d, loop, consumers, 128, causal=1, fold=1, cluster=cluster) == -1, (d, loop, consumers)
+        assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
 
 
 @needs_nvcc
@@ -413,10 +405,9 @@ def _packed(lens, heads, d, gen):
 @pytest.mark.parametrize("loop,consumers,block_n,cluster,fold",
                          [("overlap", 2, 128, 1, False), ("serial", 2, 128, 1, False), ("serial", 3, 128, 1, False),
                           ("serial", 2, 256, 1, False), ("overlap", 2, 128, 2, False), ("serial", 3, 128, 2, False),
-                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True), ("overlap", 2, 128, 2, True),
-                          ("serial", 3, 128, 2, True)],
+                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True)],
                          ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs",
-                              "overlap-fold", "serial-3wg-fold", "overlap-fold-pairs", "serial-3wg-fold-pairs"])
+                              "overlap-fold", "serial-3wg-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
@@ -464,10 +455,8 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 @needs_hopper
 @pytest.mark.parametrize("loop,block_n,cluster,fold",
                          [("serial", None, 1, False), ("overlap", None, 1, False), ("overlap", 128, 1, False),
-                          ("overlap", None, 2, False), ("overlap", None, 1, True), ("overlap", 128, 1, True),
-                          ("overlap", None, 2, True), ("overlap", 128, 2, True)],
-                         ids=["serial", "overlap", "overlap-128", "overlap-pairs", "overlap-fold", "overlap-128-fold",
-                              "overlap-fold-pairs", "overlap-128-fold-pairs"])
+                          ("overlap", None, 2, False), ("overlap", None, 1, True), ("overlap", 128, 1, True)],
+                         ids=["serial", "overlap", "overlap-128", "overlap-pairs", "overlap-fold", "overlap-128-fold"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"

@@ -510,8 +510,7 @@ struct WorkTile {
 // first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
-// for every f, so that CTAs dealt whole folds round-robin get equal work. Folds in pairs (m a multiple of 4, the
-// cluster's CTAs dealt folds 2g and 2g+1): their long blocks m-1-2g and m-2-2g are a pair, then 2g and 2g+1.
+// for every f, so that CTAs dealt whole folds round-robin get equal work.
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
 __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
@@ -589,11 +588,10 @@ __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c,
 
 // Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
 // BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then
-// schedules its loop differently, with ~50 more register moves per tile; and folds in pairs, whose two CTAs would
-// have to take the same keys of their two folds.
-template <class E, int D, bool CAUSAL, int CLUSTER, bool FOLD>
+// schedules its loop differently, with ~50 more register moves per tile.
+template <class E, int D, bool CAUSAL, bool FOLD>
 __host__ __device__ constexpr bool splits_tail() {
-  return (!CAUSAL || FOLD) && (E::FP8 || D == 128) && !(FOLD && CLUSTER == 2);
+  return (!CAUSAL || FOLD) && (E::FP8 || D == 128);
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
@@ -662,11 +660,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
-  constexpr bool SPLIT = splits_tail<E, D, CAUSAL, CLUSTER, FOLD>();
+  constexpr bool SPLIT = splits_tail<E, D, CAUSAL, FOLD>();
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
-  static_assert(CLUSTER == 1 || (CLUSTER == 2 && BLOCK_N % 16 == 0),
-                "pairs of CTAs: half tiles of whole 8-row swizzle groups");
-  static_assert(!FOLD || CAUSAL, "folds pair causal row blocks");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
+                "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
+  static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
@@ -1165,7 +1163,7 @@ cudaError_t launch(const Launch& l) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   Params p = l.p;
-  constexpr int EVEN = CLUSTER * (FOLD ? 2 : 1);  // row blocks per head rounded up to pairs, folds, pairs of folds
+  constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
@@ -1202,14 +1200,14 @@ cudaError_t launch(const Launch& l) {
       ctas *= CLUSTER;
     }
     grid = min(grid, ctas);
-    if constexpr (splits_tail<E, D, CAUSAL, CLUSTER, FOLD>()) {
+    if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
       split = plan_split<BLOCK_M, BLOCK_N, D, CLUSTER, FOLD>(p, l, ctas);
       if (split.from < p.work_tiles) grid = ctas;
     }
   }
   config.gridDim = dim3(grid);
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p, split)) != cudaSuccess) return err;
-  if constexpr (splits_tail<E, D, CAUSAL, CLUSTER, FOLD>()) {
+  if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
       merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, FOLD, OutT>
@@ -1236,11 +1234,10 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
 // cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles; fold: causal, persistent CTAs dealt
-// folds, the overlapped loop on 128-key tiles, alone or in pairs (both checked by the caller).
+// folds, the overlapped loop on 128-key tiles (both checked by the caller).
 template <int D, typename OutT>
 cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fold, const Launch& l) {
   constexpr int STAGES = D == 128 ? 4 : 2;
-  if (cluster == 2 && fold) return launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 2, true>(l);
   if (cluster == 2)
     return causal ? launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 2>(l)
                   : launch<E4M3, D, 128, STAGES, 2, false, OVERLAP, OutT, 2>(l);
@@ -1255,7 +1252,6 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fol
 // above
 template <typename OutT>
 cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
-  if (cluster == 2 && fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2, true>(l);
   if (cluster == 2)
     return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2>(l)
                   : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
@@ -1269,14 +1265,11 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, cons
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
-// through multicast, the overlapped loop on the default tiles; fold: causal, persistent CTAs dealt folds, alone or
-// in pairs, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
+// through multicast, the overlapped loop on the default tiles without a causal mask; fold: causal, persistent CTAs
+// dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
-  if (cluster == 2 && fold)
-    return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 2, true>(l)
-                    : launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 2, true>(l);
   if (cluster == 2) {
     if (causal)
       return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 2>(l)
@@ -1302,8 +1295,8 @@ extern "C" {
 // unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
-// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs (pairs) dealt
-// folds (128 keys; two consumers OVERLAP, or three), 0 one CTA (pair) per work tile. workspace: fa3fp8_split_workspace_bytes for
+// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
+// (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
 // the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
 // may be split along the keys (TailSplit); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
@@ -1316,7 +1309,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (fold != 0 && (fold != 1 || !causal || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
+      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -1348,9 +1341,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
-// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile or the folds'); fold: 1 runs causal attention in
-// persistent CTAs (pairs) dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA (pair) per work tile; workspace as
-// above. Returns as above.
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile); fold: 1 runs causal attention in persistent
+// CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
@@ -1359,8 +1351,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (loop != OVERLAP || (block_n != wide && fold == 0))) ||
-      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || (d == 128 && block_n != 128))))
+      (cluster == 2 && (loop != OVERLAP || block_n != wide)) ||
+      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
