@@ -188,16 +188,6 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-// Named barrier ID (1-15; 0 is __syncthreads') of THREADS threads, whole warps: wait there, or arrive only.
-template <int ID, int THREADS>
-__device__ __forceinline__ void named_barrier_sync() {
-  asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
-}
-template <int ID, int THREADS>
-__device__ __forceinline__ void named_barrier_arrive() {
-  asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
-}
-
 // wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels: rows step by 128 B
 // inside groups of 8, groups by 1024 B (the stride byte offset). K-major operands (rows along M/N, 128 B of K per
 // row) leave the leading byte offset unused; MN-major ones (rows along K, 128 B of M/N per row) step from one
@@ -763,27 +753,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
-  // Two consumers of the overlapped loop take turns issuing their wgmma (FlashAttention-3's warp scheduler
-  // barriers, named barriers 1 and 2): one warpgroup's softmax, first Q·Kᵀ wait and epilogue then run under the
-  // other's products, where in lockstep both leave the tensor cores idle at once. Warpgroup 0 goes first.
-  constexpr bool TURNS = LOOP == OVERLAP && CONSUMERS == 2;
-  auto take_turn = [&]() {
-    if constexpr (TURNS) {
-      if (cw == 0)
-        named_barrier_sync<1, 256>();
-      else
-        named_barrier_sync<2, 256>();
-    }
-  };
-  auto pass_turn = [&]() {
-    if constexpr (TURNS) {
-      if (cw == 0)
-        named_barrier_arrive<2, 256>();
-      else
-        named_barrier_arrive<1, 256>();
-    }
-  };
-  if (cw == 1) pass_turn();
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
@@ -886,11 +855,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // first Q·Kᵀ and last P·V
     auto qk_alone = [&](int j) {
       mbar_wait(&sm.k_full[slot(j)], phase(j));
-      take_turn();
       wgmma_fence();
       issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
       wgmma_commit();
-      pass_turn();
       wgmma_wait<0>();
       wait_s();
       release(sm.k_empty, j);
@@ -899,11 +866,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto pv_alone = [&](int j) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
-      take_turn();
       wgmma_fence();
       issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
-      pass_turn();
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j);
@@ -924,13 +889,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         mbar_wait(&sm.k_full[slot(j)], phase(j));
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
-        take_turn();
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
         issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
-        pass_turn();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
         release(sm.k_empty, j);
@@ -995,7 +958,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     tiles += n_tiles;
     ++items;
   }
-  if (cw == 0) take_turn();  // the turn warpgroup 1 passed last
 }
 
 constexpr int MAX_SPLIT_CTAS = 512;  // CTAs of a launch that may split its tail (merge_segments' slot list)
