@@ -31,3 +31,9 @@ def ab():
 def quant():
     """benchmarks/quantize.py"""
     return _load("quantize")
+
+
+@pytest.fixture(scope="module")
+def profile():
+    """benchmarks/profile_kernel.py"""
+    return _load("profile_kernel")
