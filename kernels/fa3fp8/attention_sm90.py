@@ -53,6 +53,14 @@ SHORT_CAUSAL = {
 # 5 interleaved rounds at S16K: three consumers dealt folds 877 against 841 one CTA per work tile (cuDNN FP8 842);
 # at S64K they are level (922 against 929, 3 rounds), and BF16 d128 / FP8 d256 folds stay behind or level from 16K.
 EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
+# Without a causal mask, attention over at most this many keys per sequence takes SHORT_FULL's settings: BF16/FP16
+# d128 on 128-key tiles (paired as the 176-key default is), which leave no masked remainder where 176-key ones leave
+# up to 3% of their keys past the end and a last tile of the masked softmax. H200, session 16, pairs of CTAs, TFLOPS,
+# medians of 5 interleaved rounds, 128-key / 176-key tiles: S1K 487 / 470, 2K 547 / 541 (540 / 530 in a second run),
+# 3K 580 / 563, 4K 593 / 581 (582 / 570); from 6K the 176-key tiles lead: 602 / 615 at 6K, 600 / 616 at 8K, 632 / 638
+# at 16K.
+SHORT_FULL_MAX_KEYS = 4096
+SHORT_FULL = {(128, False): {"block_n": 128}}
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row blocks as a pair
 # that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs
@@ -96,25 +104,31 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
                   equal_lengths: bool = False) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
-    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead."""
+    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, attention without a
+    causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's."""
     settings = FASTER.get((d, fp8, bool(causal)))
+    if settings is None or max_seqlen_k is None:
+        return settings
     limit = SHORT_CAUSAL_MAX_KEYS
     if equal_lengths:
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
-    short = causal and max_seqlen_k is not None and max_seqlen_k <= limit
-    return {**settings, **SHORT_CAUSAL[(d, fp8)]} if settings is not None and short else settings
+    if causal and max_seqlen_k <= limit:
+        return {**settings, **SHORT_CAUSAL[(d, fp8)]}
+    if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
+        return {**settings, **SHORT_FULL.get((d, fp8), {})}
+    return settings
 
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
-                max_seqlen_q: int | None = None) -> int:
+                max_seqlen_q: int | None = None, causal: bool = False) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
-    16-bit: the overlapped loop on the head dim's default tiles; FP8: 128-key tiles, two consumers overlapped or three
-    in order), else 1; also 1 when the queries (`max_seqlen_q`, None: unknown) fit one CTA's rows, where a pair's
-    second CTA would only compute rows past their end."""
+    16-bit: the overlapped loop on the head dim's default tiles, or without a causal mask on d128's 128-key ones; FP8:
+    128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the queries (`max_seqlen_q`, None:
+    unknown) fit one CTA's rows, where a pair's second CTA would only compute rows past their end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
-        pairs = loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]
+        pairs = loop == "overlap" and (block_n == BLOCK_N_16BIT[d][0] or (block_n == 128 and not causal))
     one_block = max_seqlen_q is not None and max_seqlen_q <= WG_ROWS * consumers
     return CLUSTER[(d, fp8)] if pairs and not fold and not one_block else 1
 
@@ -223,14 +237,14 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles, not with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
+    the default tiles, or without a causal mask on d128's 128-key ones, not with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
     dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and
     `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
     if cluster is None:
-        cluster = cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q)
+        cluster = cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q, causal)
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)

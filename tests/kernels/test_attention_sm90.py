@@ -58,9 +58,10 @@ def test_builds_every_variant(ptxas_report):
     # head dim, 3 in order at d128) x causal x output, and causal folds (2 consumers overlapped at each head dim, 3 in
     # order at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
-    # (dtype x head dim x causal, overlapped), and causal folds (dtype x head dim, overlapped; d128 on 128-key tiles)
+    # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), and causal folds (dtype x
+    # head dim, overlapped; d128 on 128-key tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 4
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4
     # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
     # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
     # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
@@ -98,8 +99,8 @@ def test_default_variants_have_no_spills(ptxas_report):
             checked += 1
     # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes) and the folds
     # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
-    # (2 dtypes x 2 head dims x causal) and the folds (2 dtypes x 2 head dims)
-    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 4
+    # (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask) and the folds (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4
 
 
 @needs_nvcc
@@ -119,7 +120,7 @@ def test_default_settings_launch_variants_the_library_builds():
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         consumers = settings.get("consumers", 2)
         block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
-        cluster = attention_sm90.cluster_for(d, fp8, loop, consumers, block_n, fold)
+        cluster = attention_sm90.cluster_for(d, fp8, loop, consumers, block_n, fold, causal=causal)
         if fp8:
             code = entry_fp8(d, loop, consumers, block_n, cluster, int(causal), fold)
         else:
@@ -128,7 +129,8 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176) == 2  # causal or not
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, fold=True) == 1  # a fold is one CTA's
     assert attention_sm90.cluster_for(128, True, "serial", 3, 128, fold=True) == 1
-    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 1  # pairs take the default tiles
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, causal=True) == 1  # causal: the default tiles
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 2  # without a mask also 128-key tiles
     # queries within one CTA's rows (decode-shaped calls): a pair's second CTA would have none
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128) == 1
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=129) == 2
@@ -161,11 +163,21 @@ def test_short_causal_attention_takes_folds():
         for keys in (4096, limit):
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
                 **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8, keys)
-        for causal, keys in [(True, limit + 1), (True, None), (False, 4096)]:
+        for causal, keys in [(True, limit + 1), (True, None), (False, attention_sm90.SHORT_FULL_MAX_KEYS + 1)]:
             settings = attention_sm90.best_settings(d, fp8, causal, keys)
             assert settings == attention_sm90.FASTER[(d, fp8, causal)] and "fold" not in settings, (d, fp8, keys)
     assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128  # folds at d128: 128-key tiles
     assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
+
+
+def test_short_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
+    limit = attention_sm90.SHORT_FULL_MAX_KEYS
+    for keys in (1024, limit):
+        settings = attention_sm90.best_settings(128, False, False, keys)
+        assert settings == {"block_n": 128}, keys
+        assert attention_sm90.cluster_for(128, False, "overlap", 2, settings["block_n"]) == 2  # paired
+    for d, fp8, keys in [(128, False, limit + 1), (128, False, None), (256, False, 1024), (128, True, 1024)]:
+        assert "block_n" not in attention_sm90.best_settings(d, fp8, False, keys), (d, fp8, keys)
 
 
 def test_equal_length_fp8_d128_causal_attention_takes_folds_to_16k():
@@ -214,7 +226,8 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     assert entry(128, 2, 176) == -2  # no such loop
     assert entry(128, "overlap", 176, cluster=3) == -2
     assert entry(128, "serial", 176, cluster=2) == -2
-    assert entry(128, "overlap", 128, cluster=2) == -2
+    assert entry(128, "overlap", 128, cluster=2, causal=1) == -2  # 128-key pairs without a causal mask only
+    assert entry(128, "overlap", 128, cluster=2) == -1
     for d, loop, block_n in [(128, "overlap", 128), (128, "serial", 176), (128, "overlap", 176), (256, "serial", 80)]:
         assert entry(d, loop, block_n) == -1, (d, loop, block_n)
     for d, block_n in [(128, 176), (256, 80)]:
@@ -455,8 +468,10 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 @needs_hopper
 @pytest.mark.parametrize("loop,block_n,cluster,fold",
                          [("serial", None, 1, False), ("overlap", None, 1, False), ("overlap", 128, 1, False),
-                          ("overlap", None, 2, False), ("overlap", None, 1, True), ("overlap", 128, 1, True)],
-                         ids=["serial", "overlap", "overlap-128", "overlap-pairs", "overlap-fold", "overlap-128-fold"])
+                          ("overlap", None, 2, False), ("overlap", 128, 2, False), ("overlap", None, 1, True),
+                          ("overlap", 128, 1, True)],
+                         ids=["serial", "overlap", "overlap-128", "overlap-pairs", "overlap-128-pairs", "overlap-fold",
+                              "overlap-128-fold"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
@@ -469,6 +484,8 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
         pytest.skip("folds are of causal row blocks")
     if fold and d == 128 and block_n != 128:
         pytest.skip("folds at d128 run 128-key tiles")
+    if cluster == 2 and block_n == 128 and causal:
+        pytest.skip("128-key pairs run without a causal mask")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + 1)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)

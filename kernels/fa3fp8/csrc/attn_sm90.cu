@@ -1265,8 +1265,8 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, cons
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
-// through multicast, the overlapped loop on the default tiles without a causal mask; fold: causal, persistent CTAs
-// dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
+// through multicast, the overlapped loop on the default tiles, or without a causal mask on d128's 128-key ones; fold:
+// causal, persistent CTAs dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
@@ -1274,6 +1274,7 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster,
     if (causal)
       return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 2>(l)
                       : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 2>(l);
+    if (block_n == 128) return launch<E, 128, 128, 2, 2, false, OVERLAP, Out, 2>(l);
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
   }
@@ -1341,8 +1342,9 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
-// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile); fold: 1 runs causal attention in persistent
-// CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work tile; workspace as above. Returns as above.
+// CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a causal mask);
+// fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work
+// tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
@@ -1351,7 +1353,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (loop != OVERLAP || block_n != wide)) ||
+      (cluster == 2 && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
       (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
