@@ -73,6 +73,12 @@ SHORT_FULL = {(128, False): {"block_n": 128}}
 # against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
 # 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
+# Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
+# second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
+# this many blocks an odd count runs alone (cluster_for). H200, session 16, FP8 d128 three consumers without a causal
+# mask, 5 rounds: S2K (11 blocks of 192 rows) alone 751 TFLOPS against paired 704; S1K (6 blocks) 618 / 611 and S4K
+# (22 blocks) 810 / 813, where no block is wasted.
+PAIRS_MIN_ODD_BLOCKS = 32
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
 # attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
 # code in it). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session 11's kernels, alternating
@@ -123,14 +129,16 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
                 max_seqlen_q: int | None = None, causal: bool = False) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
     16-bit: the overlapped loop on the head dim's default tiles, or without a causal mask on d128's 128-key ones; FP8:
-    128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the queries (`max_seqlen_q`, None:
-    unknown) fit one CTA's rows, where a pair's second CTA would only compute rows past their end."""
+    128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the longest sequence's queries
+    (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below PAIRS_MIN_ODD_BLOCKS, one included:
+    its last pair's second CTA then computes a whole row block past the end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
         pairs = loop == "overlap" and (block_n == BLOCK_N_16BIT[d][0] or (block_n == 128 and not causal))
-    one_block = max_seqlen_q is not None and max_seqlen_q <= WG_ROWS * consumers
-    return CLUSTER[(d, fp8)] if pairs and not fold and not one_block else 1
+    blocks = None if max_seqlen_q is None else -(-max_seqlen_q // (WG_ROWS * consumers))
+    wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
+    return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -237,9 +245,10 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles, or without a causal mask on d128's 128-key ones, not with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs
-    dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and
-    `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    the default tiles, or without a causal mask on d128's 128-key ones, not with `fold`; None: cluster_for's choice);
+    `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop;
+    128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq)
+    fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n

@@ -135,6 +135,14 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128) == 1
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=129) == 2
     assert attention_sm90.cluster_for(128, True, "serial", 3, 128, max_seqlen_q=192) == 1
+    # an odd count of few row blocks: the last pair's second CTA would compute a whole block past the end
+    assert attention_sm90.cluster_for(128, True, "serial", 3, 128, max_seqlen_q=2048) == 1  # 11 blocks of 192
+    assert attention_sm90.cluster_for(128, True, "serial", 3, 128, max_seqlen_q=4096) == 2  # 22
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=2100) == 1  # 17 of 128
+    bound = attention_sm90.PAIRS_MIN_ODD_BLOCKS
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128 * bound - 1) == 2  # even
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128 * (bound + 1)) == 2  # odd, many
+    assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128 * (bound - 1)) == 1  # odd, few
 
 
 def test_supported_blocks():
