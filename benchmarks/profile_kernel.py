@@ -22,18 +22,17 @@ import torch  # noqa: E402
 from fa3fp8 import attention_sm90  # noqa: E402
 from fa3fp8.testing import random_qkv  # noqa: E402
 
-PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8")
+PEERS = {"sdpa-cudnn": False, "sdpa-flash": False, "cudnn-fp8": True}  # name -> whether it runs fp8 (else bf16)
 
 
 def check_impl(impl, fp8):
     """Raise ValueError naming `impl` unless it runs at this dtype: "default" (best_settings' choice), a PEERS name
-    (sdpa-*: bf16, cudnn-fp8: fp8) or a kernels-mode name (attention.KERNELS)."""
-    if impl == "default" or (impl, fp8) in bench.KERNELS or impl == ("cudnn-fp8" if fp8 else "sdpa-cudnn"):
+    or a kernels-mode name (attention.KERNELS)."""
+    if impl == "default" or (impl, fp8) in bench.KERNELS or PEERS.get(impl) == fp8:
         return
-    if impl == "sdpa-flash" and not fp8:
-        return
-    raise ValueError(f"impl: {impl!r} does not run {'fp8' if fp8 else 'bf16'}: give default, "
-                     f"{'cudnn-fp8' if fp8 else 'sdpa-cudnn, sdpa-flash'} or a kernels-mode name")
+    peers = ", ".join(name for name, runs_fp8 in PEERS.items() if runs_fp8 == fp8)
+    raise ValueError(f"impl: {impl!r} does not run {'fp8' if fp8 else 'bf16'}: give default, {peers} or a "
+                     "kernels-mode name")
 
 
 def runner(impl, fp8, d, seqlen, causal, tokens):
