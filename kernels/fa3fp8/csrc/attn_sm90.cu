@@ -641,6 +641,14 @@ __device__ __forceinline__ int next_work(int w) {
   return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
+// The first of this CTA's work items from w on (w included) that has rows, into t, w moved to it; false past the last
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
+__device__ __forceinline__ bool find_work(const Params& p, const TailSplit& split, int& w, WorkTile& t) {
+  for (; w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w))
+    if (work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) return true;
+  return false;
+}
+
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -693,9 +701,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
-      WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
+    WorkTile t;
+    for (int w = first_work<FOLD>(); find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t);
+         w = next_work<FOLD>(w)) {
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -754,9 +762,23 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
+  // The next work item is found while the current one's last P·V runs (look_ahead below), which brings its
+  // sequence's bounds from global memory; waited for at the start of every work tile, those loads took 2.4% of the
+  // warps' time at S4K (H200, session 16's profile). Only its number is kept: work_tile reads the bounds again.
+  // Three consumers (160 registers per thread) spill with it, and find each work item when they start it.
+  constexpr bool AHEAD = CONSUMERS == 2;
+  int w = first_work<FOLD>();
+  bool more = true;  // AHEAD: w has rows
+  if constexpr (AHEAD) {
+    WorkTile first;
+    more = find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, first);
+  }
+  while (more) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
+    if constexpr (AHEAD)
+      work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t);  // true: look_ahead chose w
+    else if (!find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t))
+      break;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -771,6 +793,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       v_scale = p.v_scale + kblk;
       kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b] - t.key0 / KV_BLOCK;
     }
+    int next_w = next_work<FOLD>(w);
+    bool more_next = !AHEAD;
+    auto look_ahead = [&]() {
+      WorkTile next;
+      more_next = find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, next_w, next);
+    };
 
     float o[D / 128][64];
 #pragma unroll
@@ -863,15 +891,25 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.k_empty, j);
       release_q_after(j);
     };
-    auto pv_alone = [&](int j) {
+    // `under` runs while the P·V does
+    auto pv_alone = [&](int j, auto&& under) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
       issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
+      under();
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j);
+    };
+
+    // the last P·V, with the look-ahead under it
+    auto last_pv = [&](int j) {
+      if constexpr (AHEAD)
+        pv_alone(j, look_ahead);
+      else
+        pv_alone(j, []() {});
     };
 
     if (LOOP == OVERLAP) {
@@ -905,7 +943,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0) pv_alone(n_tiles - 1);
+      if (n_tiles > 0)
+        last_pv(n_tiles - 1);
+      else if (AHEAD)
+        look_ahead();
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
@@ -914,8 +955,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
-        pv_alone(j);
+        if (j == n_tiles - 1)
+          last_pv(j);
+        else
+          pv_alone(j, []() {});
       }
+      if (n_tiles == 0 && AHEAD) look_ahead();
     }
     if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
@@ -957,6 +1002,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
     tiles += n_tiles;
     ++items;
+    w = next_w, more = more_next;
   }
 }
 
