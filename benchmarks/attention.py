@@ -164,7 +164,8 @@ def bench(args):
                     rows.append(row)
                     table.append(f"{impl:11s} {dtype:9s} d{d:<4d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
                                  f"{tflops:7.1f} TFLOPS  {tflops / cudnn_tflops:5.2f}x cuDNN")
-                table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; "
+                table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} "
+                             f"rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; "
                              f"quantize_qkv {quant_ms:.3f} ms (host {quant_host:.3f}); "
                              f"bf16 call host {host[('fa3fp8', 'bf16')]:.3f} ms")
                 print("\n".join(table[-len(times) - 1 :]), flush=True)

@@ -332,7 +332,8 @@ def _check_cu_seqlens(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k, 
              ("cu_seqlens_k", cu_k, total_k, "max_seqlen_k", max_seqlen_k))
     _check_offset_tensors(named, device, "q")
     if cu_q.shape != cu_k.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cu_q.shape[0]} and {cu_k.shape[0]}")
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must have the same length, "
+                         f"got {cu_q.shape[0]} and {cu_k.shape[0]}")
     _check_offset_values(named)
 
 

@@ -15,7 +15,7 @@
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 15.
+// Engineering log: kernels/NOTES.md, sessions 3 to 17.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -1475,8 +1475,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
-                    int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n, int bf16,
-                    int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
+                    int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n,
+                    int bf16, int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
   if (d != 128 && d != 256) return -2;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
@@ -1511,9 +1511,9 @@ long long fa3fp8_split_workspace_bytes(int ctas, int block_m, int d, int fold) {
   return split_workspace_bytes(ctas, block_m, d, fold != 0);
 }
 
-// The tail split's rules, for tests without a GPU: split_units (fold: a fold split's threshold); and of a split of `units` units of `key_tiles` key
-// tiles over `grid` CTAs in clusters of `cluster`, each share's segments (unit -1: none) at [seg x shares + c] and
-// each unit's shares (unit_shares) at [unit].
+// The tail split's rules, for tests without a GPU: split_units (fold: a fold split's threshold); and of a split of
+// `units` units of `key_tiles` key tiles over `grid` CTAs in clusters of `cluster`, each share's segments (unit -1:
+// none) at [seg x shares + c] and each unit's shares (unit_shares) at [unit].
 int fa3fp8_split_units(int units, int shares, int key_tiles, int fold) {
   return split_units(units, shares, key_tiles, fold ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING);
 }
