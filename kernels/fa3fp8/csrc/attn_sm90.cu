@@ -140,11 +140,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// `count` arrivals at once
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
   do {
@@ -172,39 +167,6 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       " [%0], [%1, {%2, %3}], [%4], %5;"
       ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar)), "h"(cta_mask)
       : "memory");
-}
-
-// a copy of the [rows x 128 B] box at `src` to global memory, in the thread's bulk group
-__device__ __forceinline__ void tma_store(const void* src, const CUtensorMap* map, int col, int row) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-               ::"l"(map), "r"(col), "r"(row), "r"(smem_addr(src))
-               : "memory");
-}
-
-// commit the thread's bulk copies to global memory and wait until they have read their shared memory
-__device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-
-// this thread's shared-memory writes, seen by the copies (TMA) issued after the next barrier
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// the 128 threads of consumer warpgroup `cw` (0 or 1) wait for each other: named barriers 1 and 2 (0 is
-// __syncthreads'); the ids are immediates, as a register id spills (session 16)
-__device__ __forceinline__ void warpgroup_sync(int cw) {
-  if (cw == 0)
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-  else
-    asm volatile("bar.sync 2, 128;" ::: "memory");
-}
-
-// four 8x8 matrices of 16-bit values to shared memory: register i of each thread holds its two values of matrix i
-// (row lane / 4, columns 2 (lane % 4) and + 1, as wgmma's accumulators lay them out); lane 8i + r gives the address
-// of row r of matrix i
-__device__ __forceinline__ void stmatrix_x4(void* dst, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-               ::"r"(smem_addr(dst)), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
 }
 
 // arrive on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
@@ -679,14 +641,6 @@ __device__ __forceinline__ int next_work(int w) {
   return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
-// The first of this CTA's work items from w on (w included) that has rows, into t, w moved to it; false past the last
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
-__device__ __forceinline__ bool find_work(const Params& p, const TailSplit& split, int& w, WorkTile& t) {
-  for (; w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w))
-    if (work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) return true;
-  return false;
-}
-
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -698,8 +652,7 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
           bool FOLD>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o, const Params p,
-             const __grid_constant__ TailSplit split) {
+             const __grid_constant__ CUtensorMap map_v, const Params p, const __grid_constant__ TailSplit split) {
   extern __shared__ uint8_t smem_raw[];
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
@@ -740,9 +693,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    WorkTile t;
-    for (int w = first_work<FOLD>(); find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t);
-         w = next_work<FOLD>(w)) {
+    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
+      WorkTile t;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -801,23 +754,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  // The next work item is found while the current one's last P·V runs (look_ahead below), which brings its
-  // sequence's bounds from global memory; waited for at the start of every work tile, those loads took 2.4% of the
-  // warps' time at S4K (H200, session 16's profile). Only its number is kept: work_tile reads the bounds again.
-  // Three consumers (160 registers per thread) spill with it, and find each work item when they start it.
-  constexpr bool AHEAD = CONSUMERS == 2;
-  int w = first_work<FOLD>();
-  bool more = true;  // AHEAD: w has rows
-  if constexpr (AHEAD) {
-    WorkTile first;
-    more = find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, first);
-  }
-  while (more) {
+  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if constexpr (AHEAD)
-      work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t);  // true: look_ahead chose w
-    else if (!find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t))
-      break;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -832,12 +771,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       v_scale = p.v_scale + kblk;
       kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b] - t.key0 / KV_BLOCK;
     }
-    int next_w = next_work<FOLD>(w);
-    bool more_next = !AHEAD;
-    auto look_ahead = [&]() {
-      WorkTile next;
-      more_next = find_work<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, next_w, next);
-    };
 
     float o[D / 128][64];
 #pragma unroll
@@ -930,25 +863,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.k_empty, j);
       release_q_after(j);
     };
-    // `under` runs while the P·V does
-    auto pv_alone = [&](int j, auto&& under) {
+    auto pv_alone = [&](int j) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
       issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
-      under();
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j);
-    };
-
-    // the last P·V, with the look-ahead under it
-    auto last_pv = [&](int j) {
-      if constexpr (AHEAD)
-        pv_alone(j, look_ahead);
-      else
-        pv_alone(j, []() {});
     };
 
     if (LOOP == OVERLAP) {
@@ -982,10 +905,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0)
-        last_pv(n_tiles - 1);
-      else if (AHEAD)
-        look_ahead();
+      if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
@@ -994,96 +914,49 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
-        if (j == n_tiles - 1)
-          last_pv(j);
-        else
-          pv_alone(j, []() {});
+        pv_alone(j);
       }
-      if (n_tiles == 0 && AHEAD) look_ahead();
     }
-    // Pairs of 16-bit CTAs release Q after the epilogue, so that this warpgroup's rows of Q's buffer take its O on
-    // the way out: one TMA store per 128-byte panel instead of D / 4 scattered 4-byte stores per row, where all the
-    // CTA's rows lie inside the sequence (a store past its end would write the next sequence's rows).
-    const bool o_by_tma = CLUSTER == 2 && !E::FP8 && t.m0 + BLOCK_M <= t.seqlen_q && (!SPLIT || t.split < 0);
-    if ((CLUSTER == 2 || n_tiles == 0) && !o_by_tma && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q unread
+    if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
-    auto row_sum = [&](int i) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
       float l = st.l[i];
       l += __shfl_xor_sync(0xffffffff, l, 1);
-      return l + __shfl_xor_sync(0xffffffff, l, 2);
-    };
-    if (o_by_tma) {
-      if constexpr (CLUSTER == 2 && !E::FP8) {
-        // this warpgroup's rows of Q's buffer take O in Q's layout ([rows x 128 B] panels of BLOCK_M rows, 16-byte
-        // chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix (lane 8m + r addresses
-        // chunk c8 + m of row r), and one TMA store per panel writes them out
-        uint8_t* o_wg = sm.q + cw * WG_ROWS * PANEL;
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      const int row = row0 + 8 * i;
+      const float inv = l == 0.f ? 0.f : v_max / l;
+      if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
+        OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float l = row_sum(i);
-          const float inv = l == 0.f ? 0.f : v_max / l;
-          const int r = (tw / 32) * 16 + 8 * i + lane % 8;  // of the warpgroup's 64
+        for (int nb = 0; nb < D / 128; ++nb)
 #pragma unroll
-          for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-            for (int c8 = 0; c8 < 16; c8 += 4) {
-              const int chunk = nb * 16 + c8 + lane / 8;
-              const float* a = &o[nb][c8 * 4 + i * 2];
-              stmatrix_x4(o_wg + chunk / 8 * BLOCK_M * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
-                          pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
-                          pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
-            }
-          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row0 + 8 * i] = row_lse<E>(st.m[i], l);
-        }
-        fence_async_shared();
-        warpgroup_sync(cw);
-        if (tw == 0) {
-          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-            tma_store(o_wg + pn * BLOCK_M * PANEL, &map_o, t.h * ROW_BYTES + pn * PANEL,
-                      t.q_start + t.m0 + cw * WG_ROWS);
-          tma_store_wait_read();
-          mbar_arrive(&sm.q_empty, 4);  // the warpgroup's four warps: Q's buffer is free again
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float l = row_sum(i);
-        const int row = row0 + 8 * i;
-        const float inv = l == 0.f ? 0.f : v_max / l;
-        if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
-          OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
-#pragma unroll
-          for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-            for (int c8 = 0; c8 < 16; ++c8) {
-              const int col = nb * 128 + c8 * 8 + 2 * tq;
-              *reinterpret_cast<uint32_t*>(out + col) =
-                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-            }
-          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
-        }
-        if constexpr (SPLIT) {
-          if (row < t.seqlen_q && t.split >= 0) {
-            const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
-            float* out = split.o + at * D;
-#pragma unroll
-            for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-              for (int c8 = 0; c8 < 16; ++c8)
-                *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
-                    make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-            if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
+          for (int c8 = 0; c8 < 16; ++c8) {
+            const int col = nb * 128 + c8 * 8 + 2 * tq;
+            *reinterpret_cast<uint32_t*>(out + col) =
+                pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
           }
+        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
+      }
+      if constexpr (SPLIT) {
+        if (row < t.seqlen_q && t.split >= 0) {
+          const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
+          float* out = split.o + at * D;
+#pragma unroll
+          for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+            for (int c8 = 0; c8 < 16; ++c8)
+              *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
+                  make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+          if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
         }
       }
     }
     tiles += n_tiles;
     ++items;
-    w = next_w, more = more_next;
   }
 }
 
@@ -1206,7 +1079,7 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
 
 // what every launch takes besides the kernel's template arguments
 struct Launch {
-  CUtensorMap q, k, v, o;  // o: the output, [rows x 128 B] boxes of a warpgroup's rows (16-bit pairs store by TMA)
+  CUtensorMap q, k, v;
   Params p;
   int batch;
   int max_seqlen_q;
@@ -1333,7 +1206,7 @@ cudaError_t launch(const Launch& l) {
     }
   }
   config.gridDim = dim3(grid);
-  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, l.o, p, split)) != cudaSuccess) return err;
+  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p, split)) != cudaSuccess) return err;
   if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
@@ -1442,8 +1315,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
       !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster) ||
-      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster) ||
-      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
+      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster))
     return -1;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
@@ -1487,8 +1359,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
-      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
-      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
+      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster))
     return -1;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
