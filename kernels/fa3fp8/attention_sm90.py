@@ -47,6 +47,13 @@ SHORT_CAUSAL = {
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},
 }
+# Causal attention over at most this many keys per sequence takes SHORTEST_CAUSAL's settings over SHORT_CAUSAL's,
+# where it has some: FP8 d128 folds on two consumers overlapped (128-row blocks), not three in order (192 rows),
+# whose blocks span more of the diagonal's masked keys and fit 1024 queries as 5.3 blocks. H200, session 17, causal
+# FP8 d128, TFLOPS, medians of 5 interleaved rounds at S 1K / 2K / 4K, two consumers' folds against three's: 396 /
+# 547 / 690 against 380 / 508 / 688 (cuDNN FP8 479 / 630 / 742); from 4K three consumers' folds lead (session 13).
+SHORTEST_CAUSAL_MAX_KEYS = 2048
+SHORTEST_CAUSAL = {(128, True): {"loop": "overlap", "consumers": 2, "fold": True}}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
 # SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
 # of unequal lengths do not split, and whole folds fill 132 CTAs to 87% at S16K). H200, session 13, FP8 d128 causal,
@@ -110,8 +117,9 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
                   equal_lengths: bool = False) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
-    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, attention without a
-    causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's."""
+    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, and over at most
+    SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those; attention without a causal mask over at most
+    SHORT_FULL_MAX_KEYS keys SHORT_FULL's."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
@@ -119,7 +127,8 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     if equal_lengths:
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
     if causal and max_seqlen_k <= limit:
-        return {**settings, **SHORT_CAUSAL[(d, fp8)]}
+        shortest = SHORTEST_CAUSAL.get((d, fp8), {}) if max_seqlen_k <= SHORTEST_CAUSAL_MAX_KEYS else {}
+        return {**settings, **SHORT_CAUSAL[(d, fp8)], **shortest}
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
         return {**settings, **SHORT_FULL.get((d, fp8), {})}
     return settings

@@ -114,7 +114,7 @@ def test_wgmma_is_not_serialized(ptxas_report):
 def test_default_settings_launch_variants_the_library_builds():
     # each default (best_settings for long and short sequences, the head dim's tiles, and cluster_for's pairs) gets as
     # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel)
-    for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 4096)):
+    for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 1024, 4096)):
         settings = attention_sm90.best_settings(d, fp8, causal, keys)
         fold = int(settings.get("fold", False))
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
@@ -176,6 +176,18 @@ def test_short_causal_attention_takes_folds():
             assert settings == attention_sm90.FASTER[(d, fp8, causal)] and "fold" not in settings, (d, fp8, keys)
     assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128  # folds at d128: 128-key tiles
     assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
+
+
+def test_shortest_causal_fp8_d128_attention_takes_two_consumers_folds():
+    limit = attention_sm90.SHORTEST_CAUSAL_MAX_KEYS
+    for keys in (1, 1024, limit):
+        assert attention_sm90.best_settings(128, True, True, keys) == {"loop": "overlap", "consumers": 2, "fold": True}
+        assert attention_sm90.best_settings(128, True, True, keys, equal_lengths=True)["consumers"] == 2
+    assert attention_sm90.best_settings(128, True, True, limit + 1)["consumers"] == 3
+    for d, fp8 in [(128, False), (256, False), (256, True)]:  # the others keep SHORT_CAUSAL's
+        assert attention_sm90.best_settings(d, fp8, True, 1024) == {
+            **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8)
+    assert attention_sm90.best_settings(128, True, False, 1024)["consumers"] == 3  # without a mask three lead
 
 
 def test_short_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
