@@ -51,7 +51,7 @@ SHORT_CAUSAL = {
 # where it has some: FP8 d128 folds on two consumers overlapped (128-row blocks), not three in order (192 rows),
 # whose blocks span more of the diagonal's masked keys and fit 1024 queries as 5.3 blocks. H200, session 17, causal
 # FP8 d128, TFLOPS, medians of 5 interleaved rounds at S 1K / 2K / 4K, two consumers' folds against three's: 396 /
-# 547 / 690 against 380 / 508 / 688 (cuDNN FP8 479 / 630 / 742); from 4K three consumers' folds lead (session 13).
+# 547 / 690 against 380 / 508 / 688 (cuDNN FP8 479 / 630 / 742); a second run at 3K: 612 against 688.
 SHORTEST_CAUSAL_MAX_KEYS = 2048
 SHORTEST_CAUSAL = {(128, True): {"loop": "overlap", "consumers": 2, "fold": True}}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
