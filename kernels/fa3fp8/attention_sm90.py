@@ -3,8 +3,8 @@ and for BF16/FP16.
 
 One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head; causal: one CTA
 per work tile, as their lengths differ, or persistent CTAs dealt folds of two tiles of equal total length, `fold`,
-for short sequences, or persistent CTAs drawing work tiles from a counter, `dynamic`), or pairs of CTAs on adjacent
-row blocks share each K/V tile (`cluster`): a producer warpgroup streams Q and a ring of K/V tiles through TMA; two
+for short sequences), or pairs of CTAs on adjacent row blocks share each K/V tile (`cluster`): a producer
+warpgroup streams Q and a ring of K/V tiles through TMA; two
 (or three) consumer warpgroups of 64 query rows run Q·Kᵀ and P·V on wgmma. The consumer loop (`loop`): "serial"
 runs each tile's steps in order; "overlap" issues Q·Kᵀ of tile j before P·V of tile j-1 so that the softmax of
 tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quantize_qkv` (128-key K/V quantization
@@ -93,7 +93,6 @@ PAIRS_MIN_ODD_BLOCKS = 32
 # at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K.
 SPLITS_TAIL = {(128, False), (128, True), (256, True)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
-SCHEDULES = {"static": 0, "folds": 1, "dynamic": 2}  # csrc/attn_sm90.cu's Schedule
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
 # 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
@@ -202,25 +201,13 @@ def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold
     return torch.empty(size, dtype=torch.uint8, device=device)
 
 
-def _schedule(device, causal: bool, fold: bool, dynamic: bool) -> tuple[int, torch.Tensor | None]:
-    """The C entries' schedule (SCHEDULES) and, for the dynamic one, its counter: a fresh int of zero, which the
-    launch's CTAs count their work tiles on."""
-    if fold and dynamic:
-        raise ValueError("fold and dynamic are two schedules: take one")
-    if (fold or dynamic) and not causal:
-        raise ValueError("fold and dynamic schedule causal attention")
-    if not dynamic:
-        return SCHEDULES["folds" if fold else "static"], None
-    return SCHEDULES["dynamic"], torch.zeros(1, dtype=torch.int32, device=device)
-
-
 def _check(code: int) -> None:
     if code == 0:
         return
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop, block_n, cluster or schedule"
+        message = "unsupported head dim, consumer count, loop, block_n, cluster or fold"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -229,7 +216,7 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, fold=False, max_seqlen_k=None, split=True, dynamic=False,
+    cluster=None, fold=False, max_seqlen_k=None, split=True,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
@@ -237,17 +224,14 @@ def attention_fp8_fwd_sm90(
     tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles,
     two consumers overlapped or three, not with `fold`; None: cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
-    (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `dynamic`: causal attention in
-    persistent CTAs that draw the work tiles in the per-tile order from a counter (128-key tiles, two consumers
-    overlapped or three in order; one CTA per cluster); `split`: in a persistent launch
+    (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
     idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
     if cluster is None:
-        cluster = 1 if dynamic else cluster_for(d, True, loop, consumers, block_n, fold, max_seqlen_q)
-    schedule, counter = _schedule(q8.device, causal, fold, dynamic)
+        cluster = cluster_for(d, True, loop, consumers, block_n, fold, max_seqlen_q)
     total_k, kv_heads, _ = k8.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
@@ -259,29 +243,26 @@ def attention_fp8_fwd_sm90(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k, softmax_scale * LOG2E, int(causal),
-        LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, schedule,
-        None if counter is None else counter.data_ptr(), workspace.data_ptr(), workspace.nbytes,
-        torch.cuda.current_stream(q8.device).cuda_stream,
+        LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
+        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True, dynamic=False):
+                       block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
     first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
     the default tiles, or without a causal mask on d128's 128-key ones, not with `fold`; None: cluster_for's choice);
     `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop;
-    128-key tiles at d128); `dynamic`: causal attention in persistent CTAs drawing the work tiles, as there (the
-    overlapped loop on the default tiles); `split` and `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype
-    and lse (H, Tq) fp32."""
+    128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq)
+    fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
     if cluster is None:
-        cluster = 1 if dynamic else cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q, causal)
-    schedule, counter = _schedule(q.device, causal, fold, dynamic)
+        cluster = cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q, causal)
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
@@ -292,8 +273,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,
-        softmax_scale * LOG2E, int(causal), LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, schedule,
-        None if counter is None else counter.data_ptr(), workspace.data_ptr(), workspace.nbytes,
-        torch.cuda.current_stream(q.device).cuda_stream,
+        softmax_scale * LOG2E, int(causal), LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, int(fold),
+        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -40,20 +40,18 @@ def test_prefill_shape_is_one_causal_fp8_case_after_the_others(bench):
 
 
 def test_every_named_kernel_is_a_launcher_setting(bench):
-    # the rows' names: one CTA unless a name says pairs, one CTA per causal work tile unless it says fold or dynamic
-    # (causal only), a persistent launch's last round split along the keys unless it says nosplit (no causal mask, or
-    # folds)
+    # the rows' names: one CTA unless a name says pairs, one CTA per causal work tile unless it says fold (causal
+    # only), a persistent launch's last round split along the keys unless it says nosplit (no causal mask, or folds)
     for (name, fp8), extra in bench.KERNELS.items():
         if extra is None:
             assert name == "triton"
             continue
         assert ("pairs" in name) == (extra.get("cluster", 1) == 2), name
         assert ("fold" in name) == extra.get("fold", False), name
-        assert ("dynamic" in name) == extra.get("dynamic", False), name
         assert ("nosplit" in name) == (not extra.get("split", True)), name
         if "nosplit" in name:  # only persistent launches split their last round
             assert name in bench.FULL_ONLY or "fold" in name, name
-        if "fold" in name or "dynamic" in name:  # causal only
+        if "fold" in name:  # causal only
             assert name in bench.CAUSAL_ONLY, name
     assert bench.D128_ONLY | bench.D256_ONLY <= set(bench.KERNELS)
     names = {name for name, _ in bench.KERNELS}

@@ -35,36 +35,33 @@ def ptxas_report():
 # A q pointer no tensor map accepts: the C entries answer -2 for settings they have no kernel for before making the
 # maps, and -1 (the map of q) for those they have, with or without a GPU.
 MISALIGNED_Q = 8
-COUNTER = ctypes.c_int(0)  # the dynamic schedule's counter, which no launch reaches here
 
 
-def entry_16bit(d, loop, block_n, cluster=1, causal=0, schedule=0, counter=ctypes.addressof(COUNTER)):
-    """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number, `schedule`
-    a SCHEDULES name or a raw number)."""
+def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0):
+    """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number)."""
     return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 128, 1.0, causal,
-                                             attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster,
-                                             attention_sm90.SCHEDULES.get(schedule, schedule), counter, None, 0, None)
+                                             attention_sm90.LOOPS.get(loop, loop), block_n, 1, cluster, fold, None, 0,
+                                             None)
 
 
-def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, schedule=0, counter=ctypes.addressof(COUNTER)):
+def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
     """The FP8 C entry's answer for these settings on MISALIGNED_Q."""
     return cuda_build.load().fa3fp8_attn_fp8_fwd(MISALIGNED_Q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128,
                                                  128, 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
-                                                 cluster, attention_sm90.SCHEDULES.get(schedule, schedule), counter,
-                                                 None, 0, None)
+                                                 cluster, fold, None, 0, None)
 
 
 @needs_nvcc
 def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (2 consumers overlapped at each
-    # head dim, 3 in order at d128) x causal x output, and causal folds and the causal dynamic schedule (each: 2
-    # consumers overlapped at each head dim, 3 in order at d128) x output;
+    # head dim, 3 in order at d128) x causal x output, and causal folds (2 consumers overlapped at each head dim, 3 in
+    # order at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
-    # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), causal folds (dtype x
-    # head dim, overlapped; d128 on 128-key tiles) and the causal dynamic schedule (dtype x head dim, overlapped)
+    # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), and causal folds (dtype x
+    # head dim, overlapped; d128 on 128-key tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 4
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4
     # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
     # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
     # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
@@ -100,11 +97,10 @@ def test_default_variants_have_no_spills(ptxas_report):
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
             assert spilled <= (64 if fp8 and d == 256 else 0), name
             checked += 1
-    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes), the folds and
-    # the dynamic schedule (each 2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key
-    # tiles) x causal, the pairs (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask), the folds
-    # and the dynamic schedule (each 2 dtypes x 2 head dims)
-    assert checked == 8 + 4 * 2 + 4 + 4 + 12 + 4 * 2 + 2 + 4 + 4
+    # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes) and the folds
+    # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
+    # (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask) and the folds (2 dtypes x 2 head dims)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4
 
 
 @needs_nvcc
@@ -120,16 +116,15 @@ def test_default_settings_launch_variants_the_library_builds():
     # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel)
     for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 1024, 4096)):
         settings = attention_sm90.best_settings(d, fp8, causal, keys)
-        fold = settings.get("fold", False)
+        fold = int(settings.get("fold", False))
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         consumers = settings.get("consumers", 2)
         block_n = settings.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[d][0])
         cluster = attention_sm90.cluster_for(d, fp8, loop, consumers, block_n, fold, causal=causal)
-        schedule = "folds" if fold else "dynamic" if settings.get("dynamic", False) else "static"
         if fp8:
-            code = entry_fp8(d, loop, consumers, block_n, cluster, int(causal), schedule)
+            code = entry_fp8(d, loop, consumers, block_n, cluster, int(causal), fold)
         else:
-            code = entry_16bit(d, loop, block_n, cluster, int(causal), schedule)
+            code = entry_16bit(d, loop, block_n, cluster, int(causal), fold)
         assert code == -1, (d, fp8, causal, keys)
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176) == 2  # causal or not
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, fold=True) == 1  # a fold is one CTA's
@@ -238,15 +233,6 @@ def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
     assert not attention_sm90.supported_16bit(y, y, y)  # not contiguous
 
 
-@pytest.mark.parametrize("causal,fold,dynamic,match", [(True, True, True, "two schedules"),
-                                                        (False, False, True, "causal"), (False, True, False, "causal")])
-def test_schedules_are_causal_and_one_at_a_time(causal, fold, dynamic, match):
-    q = torch.randn(64, 2, 128).to(torch.bfloat16)
-    cu = torch.tensor([0, 64], dtype=torch.int32)
-    with pytest.raises(ValueError, match=match):
-        attention_sm90.attention_fwd_sm90(q, q, q, cu, cu, 64, 1.0, causal, fold=fold, dynamic=dynamic)
-
-
 @needs_nvcc
 def test_16bit_entry_point_checks_its_settings_before_any_launch():
     """The C entry answers -2 for a (head dim, loop, block_n) it has no kernel for; a supported one gets as far as the
@@ -268,21 +254,13 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
         for causal in (0, 1):
             assert entry(d, "overlap", block_n, cluster=2, causal=causal) == -1, (d, causal)
     # folds: causal, the overlapped loop, one CTA per cluster, 128-key tiles at d128
-    assert entry(128, "overlap", 128, schedule="folds") == -2  # no causal mask
-    assert entry(128, "serial", 176, causal=1, schedule="folds") == -2
-    assert entry(128, "overlap", 128, causal=1, schedule=3) == -2  # no such schedule
-    assert entry(128, "overlap", 176, causal=1, schedule="folds") == -2
-    assert entry(256, "overlap", 80, causal=1, schedule="folds", cluster=2) == -2  # a fold is one CTA's
+    assert entry(128, "overlap", 128, fold=1) == -2  # no causal mask
+    assert entry(128, "serial", 176, causal=1, fold=1) == -2
+    assert entry(128, "overlap", 128, causal=1, fold=2) == -2
+    assert entry(128, "overlap", 176, causal=1, fold=1) == -2
+    assert entry(256, "overlap", 80, causal=1, fold=1, cluster=2) == -2  # a fold is one CTA's
     for d, block_n in [(128, 128), (256, 80)]:
-        assert entry(d, "overlap", block_n, causal=1, schedule="folds") == -1, (d, block_n)
-    # the dynamic schedule: causal, the overlapped loop on the default tiles, one CTA per cluster, and its counter
-    assert entry(128, "overlap", 176, schedule="dynamic") == -2  # no causal mask
-    assert entry(128, "serial", 176, causal=1, schedule="dynamic") == -2
-    assert entry(128, "overlap", 128, causal=1, schedule="dynamic") == -2
-    assert entry(128, "overlap", 176, causal=1, schedule="dynamic", cluster=2) == -2
-    assert entry(128, "overlap", 176, causal=1, schedule="dynamic", counter=None) == -2
-    for d, block_n in [(128, 176), (256, 80)]:
-        assert entry(d, "overlap", block_n, causal=1, schedule="dynamic") == -1, (d, block_n)
+        assert entry(d, "overlap", block_n, causal=1, fold=1) == -1, (d, block_n)
 
 
 @needs_nvcc
@@ -304,17 +282,13 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         for causal in (0, 1):
             assert entry(d, loop, consumers, 128, cluster=2, causal=causal) == -1, (d, loop, consumers, causal)
-    # folds and the dynamic schedule: causal, 128-key tiles, two consumers overlapped or three in order, one CTA per
-    # cluster (and the dynamic schedule's counter)
-    for schedule in ("folds", "dynamic"):
-        for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
-                                                    (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
-            assert entry(d, loop, consumers, block_n, causal=causal, schedule=schedule) == -2, (d, loop, consumers)
-        assert entry(128, "overlap", 2, 128, causal=1, schedule=schedule, cluster=2) == -2
-        for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
-            assert entry(d, loop, consumers, 128, causal=1, schedule=schedule) == -1, (d, loop, consumers)
-    assert entry(128, "serial", 3, 128, causal=1, schedule="dynamic", counter=None) == -2
-    assert entry(128, "serial", 3, 128, causal=1, schedule=3) == -2
+    # folds: causal, 128-key tiles, two consumers overlapped or three in order
+    for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
+                                                (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
+        assert entry(d, loop, consumers, block_n, causal=causal, fold=1) == -2, (d, loop, consumers, block_n)
+    assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
+    for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
+        assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
 
 
 @needs_nvcc
@@ -461,23 +435,21 @@ def _packed(lens, heads, d, gen):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers,block_n,cluster,schedule",
-                         [("overlap", 2, 128, 1, "static"), ("serial", 2, 128, 1, "static"),
-                          ("serial", 3, 128, 1, "static"), ("serial", 2, 256, 1, "static"),
-                          ("overlap", 2, 128, 2, "static"), ("serial", 3, 128, 2, "static"),
-                          ("overlap", 2, 128, 1, "folds"), ("serial", 3, 128, 1, "folds"),
-                          ("overlap", 2, 128, 1, "dynamic"), ("serial", 3, 128, 1, "dynamic")],
+@pytest.mark.parametrize("loop,consumers,block_n,cluster,fold",
+                         [("overlap", 2, 128, 1, False), ("serial", 2, 128, 1, False), ("serial", 3, 128, 1, False),
+                          ("serial", 2, 256, 1, False), ("overlap", 2, 128, 2, False), ("serial", 3, 128, 2, False),
+                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True)],
                          ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs",
-                              "overlap-fold", "serial-3wg-fold", "overlap-dynamic", "serial-3wg-dynamic"])
+                              "overlap-fold", "serial-3wg-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
 def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, loop, consumers, block_n, cluster,
-                                    schedule):
+                                    fold):
     if (consumers == 3 or block_n == 256) and d != 128:
         pytest.skip("three consumer warpgroups and 256-key tiles exist at d128 only")
-    if schedule != "static" and not causal:
-        pytest.skip("folds and the dynamic schedule deal causal work tiles")
+    if fold and not causal:
+        pytest.skip("folds are of causal row blocks")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)
@@ -496,7 +468,7 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
     out, lse = attention_sm90.attention_fp8_fwd_sm90(
         b.q8, b.k8, v8t, cu_q, cu_k, max(lens_q), scale, causal, b.q_scale, k_scale, v_scale,
         b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, loop=loop, consumers=consumers, block_n=block_n,
-        cluster=cluster, fold=schedule == "folds", dynamic=schedule == "dynamic",
+        cluster=cluster, fold=fold,
     )
     ref8, lse8 = attention_fp8_reference(b, scale, causal)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
@@ -514,24 +486,22 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,block_n,cluster,schedule",
-                         [("serial", None, 1, "static"), ("overlap", None, 1, "static"), ("overlap", 128, 1, "static"),
-                          ("overlap", None, 2, "static"), ("overlap", 128, 2, "static"),
-                          ("overlap", None, 1, "folds"), ("overlap", 128, 1, "folds"),
-                          ("overlap", None, 1, "dynamic")],
+@pytest.mark.parametrize("loop,block_n,cluster,fold",
+                         [("serial", None, 1, False), ("overlap", None, 1, False), ("overlap", 128, 1, False),
+                          ("overlap", None, 2, False), ("overlap", 128, 2, False), ("overlap", None, 1, True),
+                          ("overlap", 128, 1, True)],
                          ids=["serial", "overlap", "overlap-128", "overlap-pairs", "overlap-128-pairs", "overlap-fold",
-                              "overlap-128-fold", "overlap-dynamic"])
+                              "overlap-128-fold"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
 def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal, dtype, loop, block_n, cluster,
-                                      schedule):
+                                      fold):
     if block_n is not None and block_n not in attention_sm90.BLOCK_N_16BIT[d]:
         pytest.skip(f"no {block_n}-key tiles at d{d}")
-    if schedule != "static" and not causal:
-        pytest.skip("folds and the dynamic schedule deal causal work tiles")
-    fold = schedule == "folds"
+    if fold and not causal:
+        pytest.skip("folds are of causal row blocks")
     if fold and d == 128 and block_n != 128:
         pytest.skip("folds at d128 run 128-key tiles")
     if cluster == 2 and block_n == 128 and causal:
@@ -544,8 +514,7 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     scale = d**-0.5
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
-                                                 block_n=block_n, cluster=cluster, fold=fold,
-                                                 dynamic=schedule == "dynamic")
+                                                 block_n=block_n, cluster=cluster, fold=fold)
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=torch.float64)
     same_precision, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, causal, compute_dtype=dtype)
     assert out.dtype == dtype and torch.isfinite(out).all()

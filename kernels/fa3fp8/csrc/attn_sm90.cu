@@ -60,11 +60,6 @@ using FP16 = Half<__half>;
 // softmax(j) under that P·V.
 enum Loop { SERIAL = 0, OVERLAP = 1 };
 
-// How causal work tiles are dealt to CTAs (launch): STATIC_TILES, one CTA per work tile (without a causal mask:
-// persistent CTAs, work tiles round-robin); FOLDS, persistent CTAs dealt folds round-robin; DYNAMIC_TILES,
-// persistent CTAs that draw the work tiles from a counter (draw_work).
-enum Schedule { STATIC_TILES = 0, FOLDS = 1, DYNAMIC_TILES = 2 };
-
 // FP8 only: the three scale arrays, cu_bq / cu_bk (each sequence's first Q / K tile), n_blocks_q / n_blocks_k and
 // q_block; the 16-bit path leaves them null or 0. m_blocks (row blocks of the longest sequence) and work_tiles
 // (m_blocks x batch x heads) are set at launch.
@@ -87,7 +82,6 @@ struct Params {
   float qk_scale_log2;
   int m_blocks;
   int work_tiles;
-  int* work_counter;  // DYNAMIC: work tiles taken past the first round, zero at launch
 };
 
 // Tail split (persistent launches, see plan_split): the work tiles from `from` on, `units` work units (a CTA's work
@@ -121,9 +115,6 @@ struct alignas(1024) SharedStorage {
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
-  uint64_t work_full[2];  // DYNAMIC: the work tiles the producer publishes (publish_work)
-  uint64_t work_empty[2];
-  int work[2];
 };
 
 // A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
@@ -650,32 +641,6 @@ __device__ __forceinline__ int next_work(int w) {
   return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
-// DYNAMIC (causal, persistent CTAs): after its first work tile (blockIdx.x) a CTA takes the next one in the per-tile
-// order (tile_at: head by head, longest first) from a counter: the producer draws it once it has issued the current
-// one's last loads, a few key tiles before the consumers finish it (drawn any earlier, a CTA busy with a long work
-// tile holds the next long one while other CTAs run out of work). It publishes its k-th work tile with rows
-// (work_tile) in slot k % 2 as it starts loading it, and one past the last to end the loop; the consumers take the
-// k-th as they finish the one before. The launcher zeroes the counter for each launch.
-__device__ __forceinline__ int draw_work(const Params& p) { return atomicAdd(p.work_counter, 1) + gridDim.x; }
-template <class Storage>
-__device__ __forceinline__ void publish_work(Storage& sm, int k, int w) {
-  const int slot = k % 2;
-  if (k >= 2) mbar_wait(&sm.work_empty[slot], (k / 2 - 1) & 1);
-  sm.work[slot] = w;
-  mbar_arrive(&sm.work_full[slot]);  // releases the store to the consumers that wait on it
-}
-template <class Storage>
-__device__ __forceinline__ int take_work(Storage& sm, int k, int lane) {
-  const int slot = k % 2;
-  mbar_wait(&sm.work_full[slot], (k / 2) & 1);
-  // read through a shuffle from lane 0, the work tile is warp-uniform to ptxas: read by each lane, the K/V slot
-  // addresses derived from it left the uniform datapath (BF16 d256: 3672 instructions against 3184, spills elsewhere)
-  const int w = __shfl_sync(0xffffffff, *static_cast<volatile int*>(&sm.work[slot]), 0);
-  __syncwarp();
-  if (lane == 0) mbar_arrive(&sm.work_empty[slot]);  // one arrival per consumer warp
-  return w;
-}
-
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -684,7 +649,7 @@ __device__ __forceinline__ int take_work(Storage& sm, int k, int lane) {
 // and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
 // consumers finish the last P·V and the epilogue of the current one.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
-          bool FOLD, bool DYNAMIC>
+          bool FOLD>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const Params p, const __grid_constant__ TailSplit split) {
@@ -700,7 +665,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
   static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
-  static_assert(!DYNAMIC || (CAUSAL && CLUSTER == 1 && !FOLD), "the dynamic schedule deals causal work tiles to CTAs");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
@@ -717,10 +681,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_init(&sm.k_empty[s], 4 * CONSUMERS * CLUSTER);  // every consumer warp of the cluster
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(&sm.work_full[s], 1);
-      mbar_init(&sm.work_empty[s], 4 * CONSUMERS);
-    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -733,10 +693,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = DYNAMIC ? draw_work(p) : next_work<FOLD>(w)) {
+    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
-      if constexpr (DYNAMIC) publish_work(sm, items, w);
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -777,7 +736,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       tiles += t.n_tiles;
       ++items;
     }
-    if constexpr (DYNAMIC) publish_work(sm, items, p.work_tiles);
     if constexpr (CLUSTER == 2) {
       // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
       // peer's multicast copies into this CTA are all consumed by then
@@ -796,8 +754,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
   int tiles = 0, items = 0;
-  for (int w = DYNAMIC ? take_work(sm, 0, lane) : first_work<FOLD>(); w < work_end<SPLIT>(p, split);
-       w = DYNAMIC ? take_work(sm, items, lane) : next_work<FOLD>(w)) {
+  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
@@ -1196,11 +1153,11 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
 }
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
-          int CLUSTER = 1, bool FOLD = false, bool DYNAMIC = false>
+          int CLUSTER = 1, bool FOLD = false>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
-  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD, DYNAMIC>;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
   constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 B
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -1216,8 +1173,7 @@ cudaError_t launch(const Launch& l) {
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
   // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
   // lets the hardware deal them in order, head by head and longest first. FOLD instead deals persistent CTAs whole
-  // folds (a long and a short row block of one head, equal work for every fold); DYNAMIC deals persistent CTAs the
-  // work tiles in the hardware's order from a counter (draw_work).
+  // folds (a long and a short row block of one head, equal work for every fold).
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -1229,7 +1185,7 @@ cudaError_t launch(const Launch& l) {
   config.stream = l.stream;
   config.attrs = &cluster;
   config.numAttrs = CLUSTER == 2 ? 1 : 0;
-  if constexpr (!CAUSAL || FOLD || DYNAMIC) {
+  if constexpr (!CAUSAL || FOLD) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     int ctas;
@@ -1277,31 +1233,29 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
 // shared memory takes (d128: 4 of 128 keys, 3 of 256; d256: 2).
-// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles; schedule FOLDS or DYNAMIC_TILES:
-// causal, persistent CTAs, the overlapped loop on 128-key tiles (all checked by the caller).
+// cluster 2: pairs of CTAs sharing K/V, the overlapped loop on 128-key tiles; fold: causal, persistent CTAs dealt
+// folds, the overlapped loop on 128-key tiles (both checked by the caller).
 template <int D, typename OutT>
-cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, int schedule, const Launch& l) {
+cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fold, const Launch& l) {
   constexpr int STAGES = D == 128 ? 4 : 2;
   if (cluster == 2)
     return causal ? launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 2>(l)
                   : launch<E4M3, D, 128, STAGES, 2, false, OVERLAP, OutT, 2>(l);
-  if (schedule == FOLDS) return launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 1, true>(l);
-  if (schedule == DYNAMIC_TILES) return launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 1, false, true>(l);
+  if (fold) return launch<E4M3, D, 128, STAGES, 2, true, OVERLAP, OutT, 1, true>(l);
   if (block_n == 256)
     return causal ? launch<E4M3, 128, 256, 3, 2, true, SERIAL, OutT>(l)
                   : launch<E4M3, 128, 256, 3, 2, false, SERIAL, OutT>(l);
   return launch_loop<E4M3, D, 128, STAGES, 2, OutT>(causal, loop, l);
 }
 
-// three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 and
-// schedule as above
+// three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 and fold as
+// above
 template <typename OutT>
-cudaError_t launch_fp8_three_consumers(bool causal, int cluster, int schedule, const Launch& l) {
+cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
   if (cluster == 2)
     return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2>(l)
                   : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
-  if (schedule == FOLDS) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
-  if (schedule == DYNAMIC_TILES) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, false, true>(l);
+  if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
@@ -1311,12 +1265,10 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, int schedule, c
 // 128-key tiles at d128 at S16K (kernels/NOTES.md). d128 also takes 128-key tiles in the overlapped loop, for
 // lengths that 176 leaves a large masked remainder of (4096 keys: 24 tiles of 176, 3.1% padding; causal, 3% faster
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
-// through multicast, the overlapped loop on the default tiles, or without a causal mask on d128's 128-key ones;
-// schedule FOLDS: causal, persistent CTAs dealt folds, the overlapped loop, on 128-key tiles at d128;
-// DYNAMIC_TILES: causal, persistent CTAs drawing work tiles, the overlapped loop on the default tiles (all checked by
-// the caller).
+// through multicast, the overlapped loop on the default tiles, or without a causal mask on d128's 128-key ones; fold:
+// causal, persistent CTAs dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
 template <class E>
-cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, int schedule, const Launch& l) {
+cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster, bool fold, const Launch& l) {
   using Out = typename E::Out;
   if (cluster == 2) {
     if (causal)
@@ -1326,12 +1278,9 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster,
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, false, OVERLAP, Out, 2>(l)
                     : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, Out, 2>(l);
   }
-  if (schedule == FOLDS)
+  if (fold)
     return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, true>(l)
                     : launch<E, 128, 128, 2, 2, true, OVERLAP, Out, 1, true>(l);
-  if (schedule == DYNAMIC_TILES)
-    return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, false, true>(l)
-                    : launch<E, 128, BLOCK_N_16BIT_D128, 2, 2, true, OVERLAP, Out, 1, false, true>(l);
   if (d == 256) return launch_loop<E, 256, BLOCK_N_16BIT_D256, 2, 2, Out>(causal, loop, l);
   if (block_n == 128)
     return causal ? launch<E, 128, 128, 2, 2, true, OVERLAP, Out>(l)
@@ -1344,28 +1293,24 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int cluster,
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, loop, block_n, cluster, schedule), or DYNAMIC_TILES without its counter, else
-// the CUDA error. loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL,
-// 128 keys); block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing
-// each K/V tile (128 keys; two consumers OVERLAP, or three); schedule: a Schedule, FOLDS or DYNAMIC_TILES for causal
-// attention in persistent CTAs (128 keys; two consumers OVERLAP, or three; cluster 1), STATIC_TILES else;
-// work_counter: DYNAMIC_TILES's counter, one int of zero (null otherwise). workspace: fa3fp8_split_workspace_bytes
-// for the device's SM count and whether the schedule is FOLDS, where the last round of a persistent launch (no
-// causal mask, or folds) may be split along the keys (TailSplit); null never splits.
+// unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
+// loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
+// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
+// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
+// (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
+// the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
+// may be split along the keys (TailSplit); null never splits.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, int max_seqlen_k,
                         float qk_scale_log2, int causal, int loop, int consumers, int block_n, int out_bf16,
-                        int cluster, int schedule, int* work_counter, void* workspace, long long workspace_bytes,
-                        void* stream) {
+                        int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
   if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
       (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (schedule != STATIC_TILES && ((schedule != FOLDS && schedule != DYNAMIC_TILES) || !causal || cluster != 1 ||
-                                    block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (schedule == DYNAMIC_TILES && work_counter == nullptr))
+      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
@@ -1374,7 +1319,6 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     return -1;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
-  l.p.work_counter = work_counter;
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
@@ -1385,37 +1329,32 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   const bool c = causal != 0;
   cudaError_t err;
   if (consumers == 3)
-    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, schedule, l)
-                   : launch_fp8_three_consumers<__half>(c, cluster, schedule, l);
+    err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)
+                   : launch_fp8_three_consumers<__half>(c, cluster, fold, l);
   else if (d == 256)
-    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, schedule, l)
-                   : launch_fp8<256, __half>(c, loop, 128, cluster, schedule, l);
+    err = out_bf16 ? launch_fp8<256, __nv_bfloat16>(c, loop, 128, cluster, fold, l)
+                   : launch_fp8<256, __half>(c, loop, 128, cluster, fold, l);
   else
-    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, cluster, schedule, l)
-                   : launch_fp8<128, __half>(c, loop, block_n, cluster, schedule, l);
+    err = out_bf16 ? launch_fp8<128, __nv_bfloat16>(c, loop, block_n, cluster, fold, l)
+                   : launch_fp8<128, __half>(c, loop, block_n, cluster, fold, l);
   return static_cast<int>(err);
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP); cluster: 1, or 2
 // CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a causal mask);
-// schedule: FOLDS runs causal attention in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128),
-// DYNAMIC_TILES in persistent CTAs drawing work tiles (OVERLAP, the head dim's default tile), both with cluster 1;
-// work_counter and workspace as above. Returns as above.
+// fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work
+// tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n,
-                    int bf16, int cluster, int schedule, int* work_counter, void* workspace,
-                    long long workspace_bytes, void* stream) {
+                    int bf16, int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
   if (d != 128 && d != 256) return -2;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
-      (schedule != STATIC_TILES && (!causal || loop != OVERLAP || cluster != 1)) ||
-      (schedule == FOLDS && d == 128 && block_n != 128) || (schedule == DYNAMIC_TILES && block_n != wide) ||
-      (schedule != STATIC_TILES && schedule != FOLDS && schedule != DYNAMIC_TILES) ||
-      (schedule == DYNAMIC_TILES && work_counter == nullptr))
+      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
     return -2;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
@@ -1424,7 +1363,6 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
     return -1;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
-  l.p.work_counter = work_counter;
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
@@ -1433,8 +1371,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.workspace_bytes = workspace_bytes;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
-  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, schedule, l)
-                               : launch_16bit<FP16>(d, block_n, c, loop, cluster, schedule, l));
+  return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, cluster, fold != 0, l)
+                               : launch_16bit<FP16>(d, block_n, c, loop, cluster, fold != 0, l));
 }
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
