@@ -464,17 +464,17 @@ def plot_kernels(rows, path):
     groups = sorted({group(r) for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     width = 0.8 / len(impls)
-    fig, ax = plt.subplots(figsize=(14, 4.5))
+    fig, ax = plt.subplots(figsize=(max(14, 1.2 * len(groups)), 5))
     for n, impl in enumerate(impls):
         values = [next((r["tflops"] for r in rows if group(r) == g and r["impl"] == impl), 0) for g in groups]
-        ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl)
+        ax.bar([x + n * width for x in range(len(groups))], values, width, label=impl, color=plt.cm.tab20(n % 20))
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
     labels = [f"{t} d{d} {'causal' if c else 'full'}\nS{s // 1024}K H{h}/{kv}" for t, d, c, s, h, kv in groups]
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("TFLOPS")
-    ax.set_ylim(0, 1.2 * max(r["tflops"] for r in rows))
+    ax.set_ylim(0, 1.3 * max(r["tflops"] for r in rows))
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, ncol=len(impls))
+    ax.legend(fontsize=8, ncol=min(len(impls), 6), loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
