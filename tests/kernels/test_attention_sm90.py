@@ -1,5 +1,6 @@
 """The CUDA C++ kernels (`csrc/attn_sm90.cu`): compiled for sm_90a with nvcc on any machine that has it (ptxas's
-report: no spills in the default variants, no serialized wgmma), and on a Hopper GPU checked against the references
+report: no spills in the default variants, no serialized wgmma; the machine code: wgmma descriptors in uniform
+registers), and on a Hopper GPU checked against the references
 on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel against the reference's FP8 math
 on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttention-3's error rule."""
 
@@ -7,9 +8,12 @@ import ctypes
 import itertools
 import random
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from fa3fp8 import attention_sm90, cuda_build
 from fa3fp8.fp8_layout import permute_v_keys
@@ -108,6 +112,58 @@ def test_wgmma_is_not_serialized(ptxas_report):
     # ptxas waits after every wgmma when a non-wgmma instruction writes one of its operands while it is in flight
     for name, text in ptxas_report.items():
         assert "serialized" not in text, name
+
+
+def destination(op):
+    """The register a SASS instruction (predicated or not) writes: its first operand."""
+    return re.split(r"[\s,]+", op.split(None, 2 if op.startswith("@") else 1)[-1])[0]
+
+
+def wgmma_descriptor_writes(sass):
+    """For each wgmma (HGMMA / QGMMA) of each function in a `cuobjdump -sass` listing, the instructions since the
+    previous wgmma of its issue run (a run ends at a wait, a barrier or a branch) that write the uniform registers its
+    descriptors are read from (gdesc[URn]: URn to URn + 3): {function: [[instruction, ...] per wgmma]}."""
+    found = {}
+    for function in re.split(r"\n\s*Function : ", sass)[1:]:
+        name, writes, run = function.split("\n", 1)[0].strip(), [], None
+        for line in function.splitlines()[1:]:
+            op = re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
+            if not op or op.startswith(("/*", ".")):
+                continue
+            if "GMMA" in op:
+                first = int(re.search(r"gdesc\[UR(\d+)\]", op).group(1))
+                descriptors = {f"UR{n}" for n in range(first, first + 4)}
+                if run is not None:
+                    writes.append([i for i in run if destination(i) in descriptors])
+                run = []
+            elif any(stop in op for stop in ("DEPBAR", "SYNCS", "BRA", "BAR.", "EXIT", "RET")):
+                run = None
+            elif run is not None:
+                run.append(op)
+        found[name] = writes
+    return found
+
+
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+@needs_nvcc
+@pytest.mark.skipif(not CUOBJDUMP.is_file(), reason="needs triton's cuobjdump")
+def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report):
+    # each wgmma takes its descriptors from uniform registers that an add or two advanced (desc_at); built from a value
+    # ptxas cannot prove warp-uniform (the warpgroup from threadIdx), every Q·Kᵀ wgmma moved them there with R2UR
+    # after 5-11 instructions of address arithmetic (H200, session 18: 1-4% of the loop). The FRESH_DESC kernels
+    # (BF16/FP16 d256 without a causal mask) make them anew, in uniform registers too.
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cuda_build.cache_path())], capture_output=True, text=True,
+                          check=True).stdout
+    kernels = {name: writes for name, writes in wgmma_descriptor_writes(sass).items() if "attn_fwd" in name}
+    assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
+    for name, writes in kernels.items():
+        fresh = re.search(r"HalfI\w+?EELi256ELi80ELi2ELi2ELb0E", name) is not None
+        assert writes, name
+        for ops in writes:
+            assert not any(op.startswith("R2UR") for op in ops), (name, ops)
+            assert fresh or len(ops) <= 6, (name, ops)
 
 
 @needs_nvcc

@@ -15,7 +15,7 @@
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
 // (head, 128-key block), V's scales powers of two; a K/V tile is one block or two. 16-bit input is Q, K, V as they
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
-// Engineering log: kernels/NOTES.md, sessions 3 to 17.
+// Engineering log: kernels/NOTES.md, sessions 3 to 18.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -196,6 +196,16 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t leading = 
   const uint64_t addr = smem_addr(p);
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
          (uint64_t(1) << 62);
+}
+
+// The descriptor of the operand `bytes` (a multiple of 16, a constant once unrolled) past `base`: shared addresses
+// stay below 2^18, so the start address field (bits 0-13, in 16-byte units) takes the offset without a carry. One
+// add per wgmma, where a descriptor made anew from the address (FRESH) is five to eleven instructions.
+template <bool FRESH>
+__device__ __forceinline__ uint64_t desc_at(const uint8_t* base, uint64_t base_desc, uint32_t bytes,
+                                            uint32_t leading = 16) {
+  if constexpr (FRESH) return smem_desc(base + bytes, leading);
+  return (base_desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(base_desc) + (bytes >> 4));
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -451,14 +461,15 @@ __device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PR
   }
 }
 
-// S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma
-template <class E, int D, int BM, int N>
+// S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma; FRESH: as desc_at
+template <class E, int D, int BM, int N, bool FRESH>
 __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, const uint8_t* k_tile) {
+  const uint64_t q0 = smem_desc(q_wg), k0 = smem_desc(k_tile);
 #pragma unroll
   for (int kk = 0; kk < D * E::BYTES / 32; ++kk) {
     const int panel = kk / 4, col = (kk % 4) * 32;
-    const uint64_t desc_q = smem_desc(q_wg + panel * BM * PANEL + col);
-    const uint64_t desc_k = smem_desc(k_tile + panel * N * PANEL + col);
+    const uint64_t desc_q = desc_at<FRESH>(q_wg, q0, panel * BM * PANEL + col);
+    const uint64_t desc_k = desc_at<FRESH>(k_tile, k0, panel * N * PANEL + col);
     if (kk == 0)
       WgmmaQK<E, N>::first(s, desc_q, desc_k);
     else
@@ -469,18 +480,20 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
 // O (64 x D as D/128 accumulators of 64 x 128) += P (64 x N keys) · V tile. FP8: the tile is V transposed, one
 // panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile is
 // V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns of
-// D are one panel further.
-template <class E, int D, int N, int PREGS>
+// D are one panel further. FRESH: as desc_at.
+template <class E, int D, int N, bool FRESH, int PREGS>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t (&a)[PREGS], const uint8_t* v_tile) {
+  constexpr uint32_t LEADING = E::FP8 ? 16 : N * PANEL;
+  const uint64_t v0 = smem_desc(v_tile, LEADING);
 #pragma unroll
   for (int nb = 0; nb < D / 128; ++nb) {
 #pragma unroll
     for (int kk = 0; kk < PREGS / 4; ++kk) {
       uint64_t desc;
       if constexpr (E::FP8)
-        desc = smem_desc(v_tile + (kk / 4) * D * PANEL + nb * 128 * PANEL + (kk % 4) * 32);
+        desc = desc_at<FRESH>(v_tile, v0, (kk / 4) * D * PANEL + nb * 128 * PANEL + (kk % 4) * 32);
       else
-        desc = smem_desc(v_tile + nb * 2 * N * PANEL + kk * 16 * PANEL, N * PANEL);
+        desc = desc_at<FRESH>(v_tile, v0, nb * 2 * N * PANEL + kk * 16 * PANEL, LEADING);
       WgmmaPV<E>::add(o[nb], &a[kk * 4], desc);
     }
   }
@@ -661,6 +674,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
   constexpr bool SPLIT = splits_tail<E, D, CAUSAL, FOLD>();
+  // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
+  // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
+  constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
@@ -687,7 +703,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   if constexpr (CLUSTER == 2) cluster_sync();  // the peer's barriers exist before anything lands in them
   const uint32_t rank = CLUSTER == 2 ? cluster_rank() : 0;
 
-  const int wg = threadIdx.x / 128;
+  // the warpgroup through a shuffle from lane 0: ptxas then knows it is warp-uniform, and builds the Q·Kᵀ wgmma
+  // descriptors (Q's rows are the warpgroup's) in uniform registers rather than moving them there per wgmma
+  const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   if (wg == 0) {
     // producer: one thread issues every TMA copy; the warpgroup gives its registers to the consumers
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
@@ -856,7 +874,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto qk_alone = [&](int j) {
       mbar_wait(&sm.k_full[slot(j)], phase(j));
       wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
+      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
@@ -867,7 +885,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
-      issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j)]);
+      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_o();
@@ -890,9 +908,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
         wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N>(s_acc, q_wg, sm.k[slot(j)]);
+        issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        issue_pv<E, D, BLOCK_N>(o, pa, sm.v[slot(j - 1)]);
+        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
