@@ -208,18 +208,6 @@ __device__ __forceinline__ uint64_t desc_at(const uint8_t* base, uint64_t base_d
   return (base_desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(base_desc) + (bytes >> 4));
 }
 
-// whether `pred` holds for any thread of this consumer warpgroup, at its own named barrier (its index, 1 to 3; 0 is
-// __syncthreads'). The index is read here from threadIdx: held in a register it spilled in some kernels.
-__device__ __forceinline__ bool warpgroup_any(bool pred) {
-  const uint32_t id = threadIdx.x / 128;
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, 128, p;\n selp.u32 %0, 1, 0, q;\n}"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred)), "r"(id)
-      : "memory");
-  return any != 0;
-}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -444,48 +432,6 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     else
       st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
                                           reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
-  }
-  return moved;
-}
-
-// online_softmax of an unmasked tile of one block of keys after the row max is set (not a row's first tile), with
-// the exponentials taken from the running max before this tile's max is known, so that they do not wait for its
-// reduction and vote: when some row's max passes the running max by more than the slack, the tile's p are rescaled
-// by alpha like O. Where a row's max passes it by more than FAR_SLACK, 2^(s·scale - m) may overflow: `far` is then
-// set for the whole warpgroup and the caller recomputes the scores and takes online_softmax.
-constexpr float FAR_SLACK = 64.f;
-template <class E, int NREGS>
-__device__ __forceinline__ bool speculative_softmax(float (&s)[NREGS], RowState& st, float scale, float p_offset,
-                                                    float l_unit, float (&alpha)[2], bool& far) {
-  auto fmax = [](float a, float b) { return fmaxf(a, b); };
-  auto add = [](float a, float b) { return a + b; };
-  float mx[2], sum[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
-#pragma unroll
-  for (int r = 0; r < NREGS; ++r) s[r] = ex2(fmaf(s[r], scale, p_offset - st.m[(r / 2) % 2]));
-  bool passes = false, beyond = false;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2)) * scale;
-    passes |= mx[i] > st.m[i] + E::MAX_SLACK;
-    beyond |= !(mx[i] <= st.m[i] + FAR_SLACK);  // NaN included
-  }
-  far = warpgroup_any(beyond);
-  if (far) return false;
-  const bool moved = __any_sync(0xffffffff, passes);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    sum[i] = reduce_row<NREGS / 4>(s, 0, i, add);
-    const float m_old = st.m[i];
-    if (moved) st.m[i] = fmaxf(m_old, mx[i]);
-    alpha[i] = moved ? ex2(m_old - st.m[i]) : 1.f;
-    st.l[i] = fmaf(sum[i], l_unit, st.l[i]) * alpha[i];
-  }
-  if (moved) {
-#pragma unroll
-    for (int r = 0; r < NREGS; ++r) s[r] *= alpha[(r / 2) % 2];
   }
   return moved;
 }
@@ -731,8 +677,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
-  // unmasked tiles after a work tile's first take speculative_softmax (tiles of one block of keys)
-  constexpr bool SPECULATE = SB == 1;
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
@@ -883,6 +827,24 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
     };
+    auto softmax_tile = [&](int j, const float (&ks)[SB], const float (&vs)[SB]) {
+      float scale[SB], p_offset[SB], l_unit[SB];
+#pragma unroll
+      for (int h = 0; h < SB; ++h) {
+        scale[h] = qk_scale * ks[h], p_offset[h] = E::P_SHIFT, l_unit[h] = 1.f;
+        if constexpr (E::FP8) {
+          const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs[h]) >> 23);  // v_max / vs = 2^shift
+          p_offset[h] -= shift;
+          l_unit[h] = __int_as_float((127 + shift) << 23);
+        }
+      }
+      if (j * BLOCK_N >= t.n_full)
+        moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                t.seqlen_k, t.diag);
+      else
+        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                 t.seqlen_k, t.diag);
+    };
     auto rescale = [&]() {
       if (moved) scale_o<D>(o, alpha);
     };
@@ -909,12 +871,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
     // one product alone, waited for, its K or V slot released: the serial loop's steps, and the overlapped loop's
     // first Q·Kᵀ and last P·V
-    auto release_k = [&](int j) {
-      release(sm.k_empty, j);
-      release_q_after(j);
-    };
-    // speculative_softmax may need K tile j (and Q) again: they are released after its softmax
-    auto holds_k = [&](int j) { return SPECULATE && j > 0; };
     auto qk_alone = [&](int j) {
       mbar_wait(&sm.k_full[slot(j)], phase(j));
       wgmma_fence();
@@ -922,44 +878,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
-      if (!holds_k(j)) release_k(j);
-    };
-    auto recompute_qk = [&](int j) {
-      wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wait_s();
-      wait_o();
-    };
-    // softmax of tile j; recompute_qk(j) gives its scores again (speculative_softmax's far case), and the caller
-    // holds K tile j (and Q) until this returns
-    auto softmax_tile = [&](int j, const float (&ks)[SB], const float (&vs)[SB]) {
-      float scale[SB], p_offset[SB], l_unit[SB];
-#pragma unroll
-      for (int h = 0; h < SB; ++h) {
-        scale[h] = qk_scale * ks[h], p_offset[h] = E::P_SHIFT, l_unit[h] = 1.f;
-        if constexpr (E::FP8) {
-          const int shift = (__float_as_int(v_max) >> 23) - (__float_as_int(vs[h]) >> 23);  // v_max / vs = 2^shift
-          p_offset[h] -= shift;
-          l_unit[h] = __int_as_float((127 + shift) << 23);
-        }
-      }
-      if (j * BLOCK_N >= t.n_full) {
-        moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                                t.seqlen_k, t.diag);
-        return;
-      }
-      if constexpr (SPECULATE) {
-        if (j > 0) {
-          bool far;
-          moved = speculative_softmax<E>(s_acc, st, scale[0], p_offset[0], l_unit[0], alpha, far);
-          if (!far) return;
-          recompute_qk(j);
-        }
-      }
-      moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                               t.seqlen_k, t.diag);
+      release(sm.k_empty, j);
+      release_q_after(j);
     };
     auto pv_alone = [&](int j) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
@@ -994,9 +914,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
-        if (!holds_k(j)) release_k(j);
+        release(sm.k_empty, j);
+        release_q_after(j);
         softmax_tile(j, ks, vs);
-        if (holds_k(j)) release_k(j);
         wgmma_wait<0>();
         wait_o();
         release(sm.v_empty, j - 1);
@@ -1010,7 +930,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         scales(j, ks, vs);
         qk_alone(j);
         softmax_tile(j, ks, vs);
-        if (holds_k(j)) release_k(j);
         rescale();
         pack_p<E>(s_acc, pa);
         pv_alone(j);
