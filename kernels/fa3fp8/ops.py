@@ -371,7 +371,23 @@ def _softmax_scale(softmax_scale, d: int) -> float:
 
 
 def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
+    """cu_seqlens of `batch` sequences of `seqlen` tokens, made once per (batch, seqlen, device) and shared read-only
+    (made anew, the arange on the GPU cost ~20 us of host time per call on the H200, twice per dense attention or
+    quantize_qkv call); anew while torch.compile traces or a CUDA graph captures, whose tensors must not outlive them."""
+    device = torch.device(device)
+    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return _arange_cu_seqlens(batch, seqlen, device)
+    return _shared_cu_seqlens(batch, seqlen, device)
+
+
+def _arange_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
     return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)[: batch + 1]
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+        return _arange_cu_seqlens(batch, seqlen, device)
 
 
 def _as_packed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -127,6 +127,17 @@ def test_cpu_falls_back_to_reference(causal):
     torch.testing.assert_close(lse, ref_lse)
 
 
+def test_dense_calls_share_their_cu_seqlens():
+    # made once per (batch, seqlen, device): an arange on the GPU cost host time on every call
+    q, k, v = random_qkv(2, 20, 33, 4, 2, 128, torch.bfloat16, "cpu")
+    with torch.inference_mode():
+        first = fa3fp8.quantize_qkv(q, k, v)
+    second = fa3fp8.quantize_qkv(q, k, v)
+    assert first.cu_seqlens_q is second.cu_seqlens_q and first.cu_seqlens_k is second.cu_seqlens_k
+    assert not first.cu_seqlens_q.is_inference()  # made in inference mode, usable outside it
+    assert first.cu_seqlens_q.tolist() == [0, 20, 40] and first.cu_seqlens_k.tolist() == [0, 33, 66]
+
+
 def test_cpu_varlen_and_fp8_paths_run():
     cu = torch.tensor([0, 7, 30], dtype=torch.int32)
     q, k, v = (torch.randn(30, 4, 64, dtype=torch.float16) for _ in range(3))
