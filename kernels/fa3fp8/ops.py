@@ -387,7 +387,10 @@ def _arange_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
 @functools.lru_cache(maxsize=256)
 def _shared_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> torch.Tensor:
     with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
-        return _arange_cu_seqlens(batch, seqlen, device)
+        cu = _arange_cu_seqlens(batch, seqlen, device)
+    if device.type == "cuda":  # written before a call on any other stream reads it
+        torch.cuda.current_stream(device).synchronize()
+    return cu
 
 
 def _as_packed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
