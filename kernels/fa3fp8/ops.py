@@ -381,6 +381,8 @@ def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
 
 
 def _arange_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
+    if seqlen == 0:  # no tokens: an arange would need a step
+        return torch.zeros(batch + 1, dtype=torch.int32, device=device)
     return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)[: batch + 1]
 
 

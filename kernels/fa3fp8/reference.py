@@ -107,7 +107,7 @@ def quantize_reference(x, cu_seqlens, block, hadamard, transpose=False, per_tens
     """
     total, heads, d = x.shape
     xr = rotate(x) if hadamard else x.to(torch.float64)
-    tensor_amax = xr.abs().amax().to(torch.float32).clamp_min(1e-12).expand(heads)
+    tensor_amax = xr.abs().amax().to(torch.float32).clamp_min(1e-12).expand(heads) if per_tensor and total else None
     offsets, n_blocks = block_offsets(torch.as_tensor(cu_seqlens, dtype=torch.int32), total, block)
     scale = torch.ones(heads, n_blocks, dtype=torch.float32, device=x.device)
     data = torch.zeros(total, heads, d, dtype=torch.float64, device=x.device)

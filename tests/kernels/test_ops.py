@@ -138,6 +138,17 @@ def test_dense_calls_share_their_cu_seqlens():
     assert first.cu_seqlens_q.tolist() == [0, 20, 40] and first.cu_seqlens_k.tolist() == [0, 33, 66]
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_dense_calls_without_queries_or_keys(fp8):
+    # no queries: empty outputs; no keys: every row sees none, zeros and lse -inf
+    q, k, v = random_qkv(2, 0, 5, 4, 2, 64, torch.float16, "cpu")
+    out, lse = fa3fp8.flash_attn_func(q, k, v, fp8=fp8, return_lse=True)
+    assert out.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    q, k, v = random_qkv(2, 3, 0, 4, 2, 64, torch.float16, "cpu")
+    out, lse = fa3fp8.flash_attn_func(q, k, v, causal=True, fp8=fp8, return_lse=True)
+    assert out.shape == q.shape and (out == 0).all() and torch.isneginf(lse).all()
+
+
 def test_cpu_varlen_and_fp8_paths_run():
     cu = torch.tensor([0, 7, 30], dtype=torch.int32)
     q, k, v = (torch.randn(30, 4, 64, dtype=torch.float16) for _ in range(3))
