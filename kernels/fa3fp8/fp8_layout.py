@@ -68,7 +68,8 @@ class QuantizedQKV:
     columns (cu_blocks_k[b] + t) * block_n onwards, zero-padded, so every tile starts 16-byte aligned for TMA.
     n_blocks may exceed the tiles in use (cu_blocks[-1]): quantize_qkv allocates an upper bound, a quantized KV
     cache its room to grow; the kernels read no tile past cu_blocks[-1], and those entries are unset.
-    `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input.
+    `batch_shape` is `(batch, seqlen_q)` for dense input (the output is reshaped back), None for packed input;
+    dense input's cu_seqlens_q / cu_seqlens_k are shared by every call of that shape: read them, never write them.
     `v_permuted`: v8t's keys are in the CUDA kernel's order (`v_key_positions`), which only that kernel reads;
     quantize_qkv writes them so where that kernel serves FP8 at this head dim.
     """
