@@ -169,6 +169,44 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       : "memory");
 }
 
+// a copy of the [rows x 128 B] box at `src` to global memory, in the thread's bulk group, committed
+__device__ __forceinline__ void tma_store(const void* src, const CUtensorMap* map, int col, int row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(map), "r"(col), "r"(row), "r"(smem_addr(src))
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// wait until this thread's committed stores have read their shared memory (READ) or are done
+template <bool READ>
+__device__ __forceinline__ void tma_store_wait() {
+  if constexpr (READ)
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// this thread's shared-memory writes, seen by the copies (TMA) issued after the next barrier
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// the 128 threads of consumer warpgroup `cw` (0 or 1) wait for each other: named barriers 1 and 2 (0 is
+// __syncthreads'); the ids are immediates, as a register id spilled (session 16)
+__device__ __forceinline__ void warpgroup_sync(int cw) {
+  if (cw == 0)
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+  else
+    asm volatile("bar.sync 2, 128;" ::: "memory");
+}
+
+// four 8x8 matrices of 16-bit values to shared memory: register i of each thread holds its two values of matrix i
+// (row lane / 4, columns 2 (lane % 4) and + 1, as wgmma's accumulators lay them out); lane 8i + r gives the address
+// of row r of matrix i
+__device__ __forceinline__ void stmatrix_x4(void* dst, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               ::"r"(smem_addr(dst)), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // arrive on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
@@ -602,6 +640,14 @@ __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c,
 // Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
 // BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then
 // schedules its loop differently, with ~50 more register moves per tile.
+// The kernels whose shared memory has room for O beside Q and the ring (16-bit d128 on 128-key tiles: 160 KB, O 32 KB
+// more): each consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead
+// of D / 4 four-byte stores per row.
+template <class E, int D, int BLOCK_N>
+__host__ __device__ constexpr bool stages_o() {
+  return !E::FP8 && D == 128 && BLOCK_N == 128;
+}
+
 template <class E, int D, bool CAUSAL, bool FOLD>
 __host__ __device__ constexpr bool splits_tail() {
   return (!CAUSAL || FOLD) && (E::FP8 || D == 128);
@@ -665,7 +711,8 @@ template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, i
           bool FOLD>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-             const __grid_constant__ CUtensorMap map_v, const Params p, const __grid_constant__ TailSplit split) {
+             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o, const Params p,
+             const __grid_constant__ TailSplit split) {
   extern __shared__ uint8_t smem_raw[];
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
@@ -677,6 +724,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
+  constexpr bool O_STAGE = stages_o<E, D, BLOCK_N>();
+  static_assert(!O_STAGE || CONSUMERS == 2, "warpgroup_sync knows two consumer warpgroups");
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
@@ -687,6 +736,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
   using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* const o_buf = reinterpret_cast<uint8_t*>(&sm) + sizeof(Storage);  // O_STAGE: BLOCK_M rows of O
 
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
@@ -940,41 +990,80 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
+    auto row_sum = [&](int i) {
+      const float l = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
+      return l + __shfl_xor_sync(0xffffffff, l, 2);
+    };
+    if (O_STAGE && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
+      if constexpr (O_STAGE) {
+        // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer in Q's layout ([64 rows x
+        // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
+        // (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous work tile's
+        // stores must have read the buffer first
+        uint8_t* o_wg = o_buf + cw * WG_ROWS * ROW_BYTES;
+        if (tw == 0) tma_store_wait<true>();
+        warpgroup_sync(cw);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float l = st.l[i];
-      l += __shfl_xor_sync(0xffffffff, l, 1);
-      l += __shfl_xor_sync(0xffffffff, l, 2);
-      const int row = row0 + 8 * i;
-      const float inv = l == 0.f ? 0.f : v_max / l;
-      if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
-        OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
+        for (int i = 0; i < 2; ++i) {
+          const float l = row_sum(i);
+          const float inv = l == 0.f ? 0.f : v_max / l;
+          const int r = (tw / 32) * 16 + 8 * i + lane % 8;
 #pragma unroll
-        for (int nb = 0; nb < D / 128; ++nb)
-#pragma unroll
-          for (int c8 = 0; c8 < 16; ++c8) {
-            const int col = nb * 128 + c8 * 8 + 2 * tq;
-            *reinterpret_cast<uint32_t*>(out + col) =
-                pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+          for (int c8 = 0; c8 < 16; c8 += 4) {
+            const int chunk = c8 + lane / 8;
+            const float* a = &o[0][c8 * 4 + i * 2];
+            stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
+                        pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
+                        pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
           }
-        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
+          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row0 + 8 * i] = row_lse<E>(st.m[i], l);
+        }
+        fence_async_shared();
+        warpgroup_sync(cw);
+        if (tw == 0) {
+          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
+            tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
+          tma_store_commit();
+        }
       }
-      if constexpr (SPLIT) {
-        if (row < t.seqlen_q && t.split >= 0) {
-          const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
-          float* out = split.o + at * D;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float l = row_sum(i);
+        const int row = row0 + 8 * i;
+        const float inv = l == 0.f ? 0.f : v_max / l;
+        if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
+          OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
           for (int nb = 0; nb < D / 128; ++nb)
 #pragma unroll
-            for (int c8 = 0; c8 < 16; ++c8)
-              *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
-                  make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-          if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
+            for (int c8 = 0; c8 < 16; ++c8) {
+              const int col = nb * 128 + c8 * 8 + 2 * tq;
+              *reinterpret_cast<uint32_t*>(out + col) =
+                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+            }
+          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
+        }
+        if constexpr (SPLIT) {
+          if (row < t.seqlen_q && t.split >= 0) {
+            const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
+            float* out = split.o + at * D;
+#pragma unroll
+            for (int nb = 0; nb < D / 128; ++nb)
+#pragma unroll
+              for (int c8 = 0; c8 < 16; ++c8)
+                *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
+                    make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+            if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
+          }
         }
       }
     }
     tiles += n_tiles;
     ++items;
+  }
+  if constexpr (O_STAGE) {
+    if (tw == 0) tma_store_wait<false>();  // the last stores are done before the CTA's shared memory goes
   }
 }
 
@@ -1097,7 +1186,7 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
 
 // what every launch takes besides the kernel's template arguments
 struct Launch {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, o;  // o: the output, for kernels that stage O (stages_o)
   Params p;
   int batch;
   int max_seqlen_q;
@@ -1176,7 +1265,8 @@ cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
-  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + 1024;  // + the alignment to 1024 B
+  constexpr int o_bytes = stages_o<E, D, BLOCK_N>() ? BLOCK_M * D * E::BYTES : 0;
+  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + o_bytes + 1024;  // + alignment to 1 KB
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -1224,7 +1314,7 @@ cudaError_t launch(const Launch& l) {
     }
   }
   config.gridDim = dim3(grid);
-  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, p, split)) != cudaSuccess) return err;
+  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, l.o, p, split)) != cudaSuccess) return err;
   if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
@@ -1333,7 +1423,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
       !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster) ||
-      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster))
+      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster) ||
+      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
     return -1;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
@@ -1377,7 +1468,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
-      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster))
+      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
+      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
     return -1;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
