@@ -189,13 +189,15 @@ __device__ __forceinline__ void tma_store_wait() {
 // this thread's shared-memory writes, seen by the copies (TMA) issued after the next barrier
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// the 128 threads of consumer warpgroup `cw` (0 or 1) wait for each other: named barriers 1 and 2 (0 is
-// __syncthreads'); the ids are immediates, as a register id spilled (session 16)
+// the 128 threads of consumer warpgroup `cw` (0-2) wait for each other: named barriers 1-3 (0 is __syncthreads');
+// the ids are immediates, as a register id spilled (session 16)
 __device__ __forceinline__ void warpgroup_sync(int cw) {
   if (cw == 0)
     asm volatile("bar.sync 1, 128;" ::: "memory");
-  else
+  else if (cw == 1)
     asm volatile("bar.sync 2, 128;" ::: "memory");
+  else
+    asm volatile("bar.sync 3, 128;" ::: "memory");
 }
 
 // four 8x8 matrices of 16-bit values to shared memory: register i of each thread holds its two values of matrix i
@@ -640,12 +642,14 @@ __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c,
 // Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
 // BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then
 // schedules its loop differently, with ~50 more register moves per tile.
-// The kernels whose shared memory has room for O beside Q and the ring (16-bit d128 on 128-key tiles: 160 KB, O 32 KB
-// more): each consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead
-// of D / 4 four-byte stores per row.
-template <class E, int D, int BLOCK_N>
-__host__ __device__ constexpr bool stages_o() {
-  return !E::FP8 && D == 128 && BLOCK_N == 128;
+// Bytes of a CTA's O rows (16-bit output) where its shared memory has room for them beside Q and the ring, else 0
+// (16-bit d128 on 176-key tiles, d256 on 80-key ones, FP8 d128 on 256-key ones fill it). Those kernels stage O: each
+// consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead of D / 4
+// four-byte stores per row.
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
+__host__ __device__ constexpr int staged_o_bytes() {
+  constexpr int bytes = CONSUMERS * WG_ROWS * D * 2;
+  return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
 template <class E, int D, bool CAUSAL, bool FOLD>
@@ -724,8 +728,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
-  constexpr bool O_STAGE = stages_o<E, D, BLOCK_N>();
-  static_assert(!O_STAGE || CONSUMERS == 2, "warpgroup_sync knows two consumer warpgroups");
+  constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
+  constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
@@ -1000,7 +1004,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
         // (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous work tile's
         // stores must have read the buffer first
-        uint8_t* o_wg = o_buf + cw * WG_ROWS * ROW_BYTES;
+        uint8_t* o_wg = o_buf + cw * WG_ROWS * O_ROW_BYTES;
         if (tw == 0) tma_store_wait<true>();
         warpgroup_sync(cw);
 #pragma unroll
@@ -1009,9 +1013,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           const float inv = l == 0.f ? 0.f : v_max / l;
           const int r = (tw / 32) * 16 + 8 * i + lane % 8;
 #pragma unroll
-          for (int c8 = 0; c8 < 16; c8 += 4) {
+          for (int c8 = 0; c8 < D / 8; c8 += 4) {
             const int chunk = c8 + lane / 8;
-            const float* a = &o[0][c8 * 4 + i * 2];
+            const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
             stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
                         pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
                         pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
@@ -1021,8 +1025,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         fence_async_shared();
         warpgroup_sync(cw);
         if (tw == 0) {
-          for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-            tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
+          for (int pn = 0; pn < O_ROW_BYTES / PANEL; ++pn)
+            tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * O_ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
           tma_store_commit();
         }
       }
@@ -1186,7 +1190,7 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
 
 // what every launch takes besides the kernel's template arguments
 struct Launch {
-  CUtensorMap q, k, v, o;  // o: the output, for kernels that stage O (stages_o)
+  CUtensorMap q, k, v, o;  // o: the output, for kernels that stage O (staged_o_bytes)
   Params p;
   int batch;
   int max_seqlen_q;
@@ -1265,8 +1269,8 @@ cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
-  constexpr int o_bytes = stages_o<E, D, BLOCK_N>() ? BLOCK_M * D * E::BYTES : 0;
-  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + o_bytes + 1024;  // + alignment to 1 KB
+  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) +
+                       staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + 1024;  // + the alignment to 1 KB
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
