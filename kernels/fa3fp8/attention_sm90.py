@@ -87,11 +87,11 @@ CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
-# attn_sm90.cu's splits_tail and plan_split). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session
-# 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three consumers
-# in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K. BF16/FP16 d256 ran
-# 11-13% slower with the split's code then; since session 20 it splits too (kernels/NOTES.md, session 20).
-SPLITS_TAIL = {(128, False), (128, True), (256, False), (256, True)}
+# attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
+# code in it). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session 11's kernels, alternating
+# rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892
+# at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K.
+SPLITS_TAIL = {(128, False), (128, True), (256, True)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
