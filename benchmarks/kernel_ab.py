@@ -2,7 +2,8 @@
 (`attention_sm90.best_settings`, the public API's choice), timed in alternating order in one process, outputs
 compared bit for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
 
-    python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--rounds 5] [--out DIR]
+    python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--dtypes bf16,fp8] [--dims 128,256]
+                                   [--rounds 5] [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/attn_sm90.cu with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
@@ -26,9 +27,10 @@ from fa3fp8 import attention_sm90, cuda_build  # noqa: E402
 from fa3fp8.testing import random_qkv  # noqa: E402
 
 
-def cases(seqlens):
-    """(fp8, d, causal, seqlen, batch, heads, settings) for every CUDA head dim, both dtypes and masks."""
-    args = argparse.Namespace(dtypes=["bf16", "fp8"], dims=list(bench.CUDA_HEAD_DIMS), seqlens=seqlens,
+def cases(seqlens, dtypes=("bf16", "fp8"), dims=bench.CUDA_HEAD_DIMS):
+    """(fp8, d, causal, seqlen, batch, heads, settings) for each of `dtypes` and the CUDA head dims among `dims`, both
+    masks."""
+    args = argparse.Namespace(dtypes=list(dtypes), dims=list(dims), seqlens=seqlens,
                               causal_only=False, full_only=False, prefill_shape=False, tokens=bench.TOKENS)
     return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen, True))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
@@ -78,13 +80,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("old", type=Path, help="the other build of the kernel library (.so)")
     parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[4096, 8192, 16384])
+    parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"], help="bf16 and/or fp8")
+    parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(bench.CUDA_HEAD_DIMS),
+                        help="head dims (of the CUDA kernel's)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     libs = {"old": cuda_build.open_library(args.old), "new": cuda_build.load()}
     os.environ["FA3FP8_KERNEL"] = "cuda"  # what fp8_bundles restores after making both bundles
     rows = []
-    for fp8, d, causal, seqlen, batch, heads, settings in cases(args.seqlens):
+    for fp8, d, causal, seqlen, batch, heads, settings in cases(args.seqlens, args.dtypes, args.dims):
         q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
         bundles = bench.fp8_bundles(q, k, v) if fp8 else None
         kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)

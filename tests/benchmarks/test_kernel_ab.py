@@ -17,6 +17,11 @@ def test_cases_are_the_public_defaults_of_every_cuda_shape(ab):
         assert settings.get("fold", False) == (causal and seqlen <= limit)
 
 
+def test_cases_keep_only_the_dtypes_and_head_dims_asked_for(ab):
+    cases = ab.cases([4096], dtypes=["fp8"], dims=[64, 256])
+    assert {(fp8, d, causal) for fp8, d, causal, *_ in cases} == {(True, 256, False), (True, 256, True)}
+
+
 def test_a_runner_calls_into_its_own_library(ab, monkeypatch):
     monkeypatch.setattr(cuda_build, "load", cuda_build.load)  # restored after the test
     old, new = object(), object()
