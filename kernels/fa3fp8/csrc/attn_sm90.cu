@@ -639,9 +639,6 @@ __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c,
   return -1;
 }
 
-// Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
-// BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12): ptxas then
-// schedules its loop differently, with ~50 more register moves per tile.
 // Bytes of a CTA's O rows (16-bit output) where its shared memory has room for them beside Q and the ring, else 0
 // (16-bit d128 on 176-key tiles, d256 on 80-key ones, FP8 d128 on 256-key ones fill it). Those kernels stage O: each
 // consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead of D / 4
@@ -652,6 +649,9 @@ __host__ __device__ constexpr int staged_o_bytes() {
   return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
+// Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
+// BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session
+// 20): ptxas then schedules its loop differently, with ~50 more register moves per tile.
 template <class E, int D, bool CAUSAL, bool FOLD>
 __host__ __device__ constexpr bool splits_tail() {
   return (!CAUSAL || FOLD) && (E::FP8 || D == 128);
