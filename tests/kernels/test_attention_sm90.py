@@ -147,16 +147,22 @@ def wgmma_descriptor_writes(sass):
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 
+@pytest.fixture(scope="module")
+def library_sass(ptxas_report):
+    """`cuobjdump -sass` of the library ptxas_report built."""
+    if not CUOBJDUMP.is_file():
+        pytest.skip("needs triton's cuobjdump")
+    return subprocess.run([str(CUOBJDUMP), "-sass", str(cuda_build.cache_path())], capture_output=True, text=True,
+                          check=True).stdout
+
+
 @needs_nvcc
-@pytest.mark.skipif(not CUOBJDUMP.is_file(), reason="needs triton's cuobjdump")
-def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report):
+def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass):
     # each wgmma takes its descriptors from uniform registers that an add or two advanced (desc_at); built from a value
     # ptxas cannot prove warp-uniform (the warpgroup from threadIdx), every Q·Kᵀ wgmma moved them there with R2UR
     # after 5-11 instructions of address arithmetic (H200, session 18: 1-4% of the loop). The FRESH_DESC kernels
     # (BF16/FP16 d256 without a causal mask) make them anew, in uniform registers too.
-    sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cuda_build.cache_path())], capture_output=True, text=True,
-                          check=True).stdout
-    kernels = {name: writes for name, writes in wgmma_descriptor_writes(sass).items() if "attn_fwd" in name}
+    kernels = {name: writes for name, writes in wgmma_descriptor_writes(library_sass).items() if "attn_fwd" in name}
     assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
     for name, writes in kernels.items():
         t = TEMPLATE.search(name)
@@ -165,6 +171,30 @@ def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report):
         for ops in writes:
             assert not any(op.startswith("R2UR") for op in ops), (name, ops)
             assert fresh or len(ops) <= 6, (name, ops)
+
+
+@needs_nvcc
+def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass):
+    # a kernel whose Q, K/V ring (and barriers, in 1 KB-aligned storage) leave room for its O rows in 16 bits within
+    # sm_90's 227 KB (1 KB of it the alignment) stores O by TMA, one store per 128-byte panel of a row; the others
+    # (16-bit d128 on 176-key tiles and d256 on 80-key ones, FP8 d128 on 256-key ones) store from registers
+    functions = {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", library_sass)[1:]}
+    kernels = {name: text for name, text in functions.items() if "attn_fwd" in name}
+    assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
+    staged = 0
+    for name, text in kernels.items():
+        t = TEMPLATE.search(name)
+        d, block_n, stages, consumers = (int(t[key]) for key in ("d", "block_n", "stages", "consumers"))
+        element = 1 if t["type"] == "E4M3E" else 2
+        barriers = 8 * (2 + 4 * stages)
+        storage = -(-(consumers * 64 * d * element + 2 * stages * block_n * d * element + barriers) // 1024) * 1024
+        room = storage + consumers * 64 * d * 2 + 1024 <= 227 * 1024
+        assert text.count("UTMASTG") == (d * 2 // 128 if room else 0), name
+        staged += room
+    # FP8 on 128-key tiles x 2 output dtypes (two consumers, each head dim: 2 loops x causal, pairs x causal, folds;
+    # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
+    # pairs without a mask, folds)
+    assert staged == (2 * 7 + 5) * 2 + 4 * 2
 
 
 @needs_nvcc
