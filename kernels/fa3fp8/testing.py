@@ -1,6 +1,6 @@
 """Helpers shared by fa3fp8's tests and benchmarks: readable case ids, fresh random inputs (FlashAttention-3's
 FP8 test distribution too), bit-for-bit comparison of FP8 bundles and their V key order, poisoned CUDA memory,
-error metrics, host enqueue time."""
+error metrics, host enqueue time, dense calls on empty batches."""
 
 import dataclasses
 import math
@@ -85,3 +85,16 @@ def host_ms(fn, calls: int = 30) -> float:
     elapsed = (time.perf_counter() - start) / calls * 1e3
     torch.cuda.synchronize()
     return elapsed
+
+
+def assert_dense_calls_without_queries_or_keys(device, dtype, d: int, fp8: bool) -> None:
+    """flash_attn_func on a dense batch with no queries gives empty outputs; with no keys every row sees none:
+    zeros and lse -inf, never NaN."""
+    from . import flash_attn_func
+
+    q, k, v = random_qkv(2, 0, 5, 4, 2, d, dtype, device)
+    out, lse = flash_attn_func(q, k, v, fp8=fp8, return_lse=True)
+    assert out.shape == (2, 0, 4, d) and lse.shape == (2, 4, 0)
+    q, k, v = random_qkv(2, 3, 0, 4, 2, d, dtype, device)
+    out, lse = flash_attn_func(q, k, v, causal=True, fp8=fp8, return_lse=True)
+    assert out.shape == q.shape and (out == 0).all() and torch.isneginf(lse).all()
