@@ -999,36 +999,34 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       return l + __shfl_xor_sync(0xffffffff, l, 2);
     };
     if (O_STAGE && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
-      if constexpr (O_STAGE) {
-        // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer in Q's layout ([64 rows x
-        // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
-        // (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous work tile's
-        // stores must have read the buffer first
-        uint8_t* o_wg = o_buf + cw * WG_ROWS * O_ROW_BYTES;
-        if (tw == 0) tma_store_wait<true>();
-        warpgroup_sync(cw);
+      // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer in Q's layout ([64 rows x
+      // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
+      // (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous work tile's
+      // stores must have read the buffer first
+      uint8_t* o_wg = o_buf + cw * WG_ROWS * O_ROW_BYTES;
+      if (tw == 0) tma_store_wait<true>();
+      warpgroup_sync(cw);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float l = row_sum(i);
-          const float inv = l == 0.f ? 0.f : v_max / l;
-          const int r = (tw / 32) * 16 + 8 * i + lane % 8;
+      for (int i = 0; i < 2; ++i) {
+        const float l = row_sum(i);
+        const float inv = l == 0.f ? 0.f : v_max / l;
+        const int r = (tw / 32) * 16 + 8 * i + lane % 8;
 #pragma unroll
-          for (int c8 = 0; c8 < D / 8; c8 += 4) {
-            const int chunk = c8 + lane / 8;
-            const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
-            stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
-                        pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
-                        pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
-          }
-          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row0 + 8 * i] = row_lse<E>(st.m[i], l);
+        for (int c8 = 0; c8 < D / 8; c8 += 4) {
+          const int chunk = c8 + lane / 8;
+          const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
+          stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
+                      pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
+                      pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
         }
-        fence_async_shared();
-        warpgroup_sync(cw);
-        if (tw == 0) {
-          for (int pn = 0; pn < O_ROW_BYTES / PANEL; ++pn)
-            tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * O_ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
-          tma_store_commit();
-        }
+        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row0 + 8 * i] = row_lse<E>(st.m[i], l);
+      }
+      fence_async_shared();
+      warpgroup_sync(cw);
+      if (tw == 0) {
+        for (int pn = 0; pn < O_ROW_BYTES / PANEL; ++pn)
+          tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * O_ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
+        tma_store_commit();
       }
     } else {
 #pragma unroll
