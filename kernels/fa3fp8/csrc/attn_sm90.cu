@@ -994,10 +994,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
-    auto row_sum = [&](int i) {
-      const float l = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
-      return l + __shfl_xor_sync(0xffffffff, l, 2);
-    };
+    float l[2], inv[2];  // rows row0 and row0 + 8: the sum over the quad, and v_max / l (0 where l is)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
+      inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
+    }
     if (O_STAGE && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer in Q's layout ([64 rows x
       // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
@@ -1008,18 +1011,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       warpgroup_sync(cw);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const float l = row_sum(i);
-        const float inv = l == 0.f ? 0.f : v_max / l;
         const int r = (tw / 32) * 16 + 8 * i + lane % 8;
 #pragma unroll
         for (int c8 = 0; c8 < D / 8; c8 += 4) {
           const int chunk = c8 + lane / 8;
           const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
+          const float f = inv[i];
           stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
-                      pack_half2<OutT>(a[0] * inv, a[1] * inv), pack_half2<OutT>(a[4] * inv, a[5] * inv),
-                      pack_half2<OutT>(a[8] * inv, a[9] * inv), pack_half2<OutT>(a[12] * inv, a[13] * inv));
+                      pack_half2<OutT>(a[0] * f, a[1] * f), pack_half2<OutT>(a[4] * f, a[5] * f),
+                      pack_half2<OutT>(a[8] * f, a[9] * f), pack_half2<OutT>(a[12] * f, a[13] * f));
         }
-        if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row0 + 8 * i] = row_lse<E>(st.m[i], l);
       }
       fence_async_shared();
       warpgroup_sync(cw);
@@ -1031,9 +1032,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const float l = row_sum(i);
         const int row = row0 + 8 * i;
-        const float inv = l == 0.f ? 0.f : v_max / l;
         if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
           OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
@@ -1042,9 +1041,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             for (int c8 = 0; c8 < 16; ++c8) {
               const int col = nb * 128 + c8 * 8 + 2 * tq;
               *reinterpret_cast<uint32_t*>(out + col) =
-                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
+                  pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv[i], o[nb][c8 * 4 + i * 2 + 1] * inv[i]);
             }
-          if (tq == 0) p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l);
         }
         if constexpr (SPLIT) {
           if (row < t.seqlen_q && t.split >= 0) {
@@ -1055,11 +1053,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
               for (int c8 = 0; c8 < 16; ++c8)
                 *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
-                    make_float2(o[nb][c8 * 4 + i * 2] * inv, o[nb][c8 * 4 + i * 2 + 1] * inv);
-            if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l);
+                    make_float2(o[nb][c8 * 4 + i * 2] * inv[i], o[nb][c8 * 4 + i * 2 + 1] * inv[i]);
+            if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l[i]);
           }
         }
       }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (tq == 0 && row < t.seqlen_q && (!SPLIT || t.split < 0))
+        p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l[i]);
     }
     tiles += n_tiles;
     ++items;
@@ -1186,9 +1190,13 @@ bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, 
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Codes of the C entries besides CUDA's own errors, carried through launch<>()'s cudaError_t
+constexpr cudaError_t MAP_FAILED = static_cast<cudaError_t>(-1);   // a tensor map could not be made
+constexpr cudaError_t UNSUPPORTED = static_cast<cudaError_t>(-2);  // no kernel for these arguments
+
 // what every launch takes besides the kernel's template arguments
 struct Launch {
-  CUtensorMap q, k, v, o;  // o: the output, for kernels that stage O (staged_o_bytes)
+  CUtensorMap q, k, v;
   Params p;
   int batch;
   int max_seqlen_q;
@@ -1277,6 +1285,11 @@ cudaError_t launch(const Launch& l) {
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
+  // the output as 64-row boxes of 16-bit rows, for the kernels that stage O; the others never read the map
+  CUtensorMap map_o{};
+  if (staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0 &&
+      !make_map(&map_o, p.out, p.total_q, (uint64_t)p.heads * D * 2, WG_ROWS))
+    return MAP_FAILED;
   TailSplit split = unsplit(p.work_tiles);
   // Without a causal mask, one CTA per SM (shared memory holds one) loops over the work tiles, all of one length.
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
@@ -1316,7 +1329,7 @@ cudaError_t launch(const Launch& l) {
     }
   }
   config.gridDim = dim3(grid);
-  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, l.o, p, split)) != cudaSuccess) return err;
+  if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, map_o, p, split)) != cudaSuccess) return err;
   if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
@@ -1337,7 +1350,7 @@ cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
   if (loop == OVERLAP)
     return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, OVERLAP, OutT>(l)
                   : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, OVERLAP, OutT>(l);
-  return static_cast<cudaError_t>(-2);
+  return UNSUPPORTED;
 }
 
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
@@ -1421,13 +1434,12 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
       (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
-    return -2;
+    return UNSUPPORTED;
   Launch l;
   if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
       !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster) ||
-      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster) ||
-      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
-    return -1;
+      !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster))
+    return MAP_FAILED;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
   l.batch = batch;
@@ -1460,19 +1472,18 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int block_n,
                     int bf16, int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
-  if (d != 128 && d != 256) return -2;
+  if (d != 128 && d != 256) return UNSUPPORTED;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool narrow = d == 128 && block_n == 128 && loop == OVERLAP;
   if ((loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
       (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
-    return -2;
+    return UNSUPPORTED;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, 2 * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
-      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
-      !make_map(&l.o, out, total_q, (uint64_t)heads * d * 2, WG_ROWS))
-    return -1;
+      !make_map(&l.v, v, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster))
+    return MAP_FAILED;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
   l.batch = batch;
