@@ -1012,11 +1012,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = (tw / 32) * 16 + 8 * i + lane % 8;
+        const float f = inv[i];
 #pragma unroll
         for (int c8 = 0; c8 < D / 8; c8 += 4) {
           const int chunk = c8 + lane / 8;
           const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
-          const float f = inv[i];
           stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
                       pack_half2<OutT>(a[0] * f, a[1] * f), pack_half2<OutT>(a[4] * f, a[5] * f),
                       pack_half2<OutT>(a[8] * f, a[9] * f), pack_half2<OutT>(a[12] * f, a[13] * f));
