@@ -61,13 +61,14 @@ SHORTEST_CAUSAL = {(128, True): {"loop": "overlap", "consumers": 2, "fold": True
 # at S64K they are level (922 against 929, 3 rounds), and BF16 d128 / FP8 d256 folds stay behind or level from 16K.
 EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # Without a causal mask, attention over at most this many keys per sequence takes SHORT_FULL's settings: BF16/FP16
-# d128 on 128-key tiles (paired as the 176-key default is), which leave no masked remainder where 176-key ones leave
+# d128 on two consumers overlapped over 128-key tiles, paired, which leave no masked remainder where 176-key ones leave
 # up to 3% of their keys past the end and a last tile of the masked softmax. H200, session 16, pairs of CTAs, TFLOPS,
 # medians of 5 interleaved rounds, 128-key / 176-key tiles: S1K 487 / 470, 2K 547 / 541 (540 / 530 in a second run),
 # 3K 580 / 563, 4K 593 / 581 (582 / 570); from 6K the 176-key tiles lead: 602 / 615 at 6K, 600 / 616 at 8K, 632 / 638
-# at 16K.
-SHORT_FULL_MAX_KEYS = 4096
-SHORT_FULL = {(128, False): {"block_n": 128}}
+# at 16K. Since session 21 longer ones take three consumers in order on 128-key tiles (FASTER: ahead from 4K, 6%
+# behind at 2K, where their 192-row blocks leave more rows past the end).
+SHORT_FULL_MAX_KEYS = 2048
+SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row blocks as a pair
 # that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs
@@ -105,9 +106,15 @@ LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
 # consumers (block_n=256), 846-875 / 763-812 against three consumers' 841-882 / 806-840 and overlap's 828-835 /
 # 810-819: level with three consumers, so not a default. Causal FP8 d128 at the 128K prefill's shape (one sequence,
 # 32 / 8 heads): three consumers in order 955-970 against overlapped 859-879 (256-key tiles 854-855), so both FP8
-# d128 entries take three consumers.
+# d128 entries take three consumers. BF16/FP16 d128 without a causal mask takes three consumers in order on 128-key
+# tiles too (M = 192, 160 registers a thread: three warps a scheduler hide more of each one's softmax chain). H200,
+# session 21, kernels mode, pairs, medians of 5 interleaved rounds, S 2K / 4K / 8K / 16K / 64K: three consumers 552 /
+# 637 / 656 / 688 / 710 TFLOPS against two overlapped on 128-key tiles 588 / 621 / 647 / 670 / 676 and on 176-key
+# ones 570 / 615 / 648 / 655 / 687 (cuDNN 570 / 593 / 615 / 621 / 614); at 2K, 11 blocks of 192 rows leave 6% of
+# theirs past the end and two consumers keep it (SHORT_FULL).
 FASTER = {
     **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
+    (128, False, False): {"loop": "serial", "consumers": 3, "block_n": 128},
     (128, True, False): {"loop": "serial", "consumers": 3},
     (128, True, True): {"loop": "serial", "consumers": 3},
 }
@@ -137,14 +144,16 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
                 max_seqlen_q: int | None = None, causal: bool = False) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
-    16-bit: the overlapped loop on the head dim's default tiles, or without a causal mask on d128's 128-key ones; FP8:
-    128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the longest sequence's queries
-    (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below PAIRS_MIN_ODD_BLOCKS, one included:
-    its last pair's second CTA then computes a whole row block past the end."""
+    16-bit: the overlapped loop on the head dim's default tiles, or without a causal mask on d128's 128-key ones,
+    two consumers overlapped or three in order; FP8: 128-key tiles, two consumers overlapped or three in order), else
+    1; also 1 when the longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row
+    blocks below PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past
+    the end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
-        pairs = loop == "overlap" and (block_n == BLOCK_N_16BIT[d][0] or (block_n == 128 and not causal))
+        narrow = block_n == 128 and not causal and (loop == "overlap" or consumers == 3)
+        pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
     blocks = None if max_seqlen_q is None else -(-max_seqlen_q // (WG_ROWS * consumers))
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
     return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful else 1
@@ -250,30 +259,31 @@ def attention_fp8_fwd_sm90(
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
+                       consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
-    LOOPS (None: the head dim's default, LOOP); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the
-    first; d128's 128 runs the overlapped loop only); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on
-    the default tiles, or without a causal mask on d128's 128-key ones, not with `fold`; None: cluster_for's choice);
-    `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (the overlapped loop;
-    128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq)
-    fp32."""
+    LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
+    serial, 128-key tiles, no causal mask); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the first;
+    d128's 128 runs the overlapped loop or three consumers); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped
+    loop on the default tiles, or without a causal mask on d128's 128-key ones, overlapped or three consumers, not
+    with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in
+    attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns
+    out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
     if cluster is None:
-        cluster = cluster_for(d, False, loop, 2, block_n, fold, max_seqlen_q, causal)
+        cluster = cluster_for(d, False, loop, consumers, block_n, fold, max_seqlen_q, causal)
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, WG_ROWS * 2, causal, fold, split)
+    workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, causal, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,
-        softmax_scale * LOG2E, int(causal), LOOPS[loop], block_n, int(q.dtype == torch.bfloat16), cluster, int(fold),
-        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q.device).cuda_stream,
+        softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n, int(q.dtype == torch.bfloat16), cluster,
+        int(fold), workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse
