@@ -327,9 +327,8 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
 }
 D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("cuda-serial-3wg-128-pairs", False),
              ("cuda-overlap-128-fold", False), ("cuda-overlap-128-fold-nosplit", False), ("cuda-serial-3wg", True),
-             ("cuda-serial-256", True),
-             ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True), ("cuda-serial-3wg-fold", True),
-             ("cuda-serial-3wg-fold-nosplit", True)}
+             ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
+             ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
 FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-serial-3wg-128-pairs", "cuda-overlap-nosplit",
              "cuda-overlap-pairs-nosplit", "cuda-serial-3wg-pairs-nosplit")
