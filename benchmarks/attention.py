@@ -305,12 +305,14 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap-128", False): {"loop": "overlap", "block_n": 128},  # d128 only (D128_ONLY)
     ("cuda-overlap-pairs", False): {"loop": "overlap", "cluster": 2},
     ("cuda-overlap-128-pairs", False): {"loop": "overlap", "block_n": 128, "cluster": 2},  # FULL_ONLY
-    ("cuda-serial-3wg-128-pairs", False): {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2},  # FULL_ONLY
+    ("cuda-serial-3wg-128", False): {"loop": "serial", "consumers": 3, "block_n": 128},
+    ("cuda-serial-3wg-128-pairs", False): {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2},
     ("cuda-overlap-nosplit", False): {"loop": "overlap", "split": False},  # a last round not split (FULL_ONLY)
     ("cuda-overlap-pairs-nosplit", False): {"loop": "overlap", "cluster": 2, "split": False},
     ("cuda-overlap-fold", False): {"loop": "overlap", "fold": True},  # causal only (CAUSAL_ONLY), d256 (D256_ONLY)
     ("cuda-overlap-128-fold", False): {"loop": "overlap", "block_n": 128, "fold": True},
     ("cuda-overlap-128-fold-nosplit", False): {"loop": "overlap", "block_n": 128, "fold": True, "split": False},
+    ("cuda-serial-3wg-128-fold", False): {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
@@ -325,15 +327,16 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap-fold-nosplit", True): {"loop": "overlap", "fold": True, "split": False},
     ("cuda-serial-3wg-fold-nosplit", True): {"loop": "serial", "consumers": 3, "fold": True, "split": False},
 }
-D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("cuda-serial-3wg-128-pairs", False),
-             ("cuda-overlap-128-fold", False), ("cuda-overlap-128-fold-nosplit", False), ("cuda-serial-3wg", True),
+D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("cuda-serial-3wg-128", False),
+             ("cuda-serial-3wg-128-pairs", False), ("cuda-overlap-128-fold", False),
+             ("cuda-overlap-128-fold-nosplit", False), ("cuda-serial-3wg-128-fold", False), ("cuda-serial-3wg", True),
              ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
              ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
-FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-serial-3wg-128-pairs", "cuda-overlap-nosplit",
-             "cuda-overlap-pairs-nosplit", "cuda-serial-3wg-pairs-nosplit")
+FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
+             "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
-               "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
+               "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
 CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best

@@ -40,9 +40,11 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # 559 / 601 / 701 / 730; FP8 d128 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three
 # consumers dealt folds: 650 / - / 788 / 924); FP8 d256 926 / 997 / 1099 / 1148 against 866 / 928 / 1090 / 1166.
 # Folds lose at 64K: dealt whole and round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of
-# 132), which the hardware's deal of one CTA per work tile, longest first, avoids.
+# 132), which the hardware's deal of one CTA per work tile, longest first, avoids. BF16/FP16 d128 folds stay on two
+# consumers overlapped where longer sequences take three in order (session 22, S 4K / 8K: 560 / 593 against three
+# consumers' folds 530 / 586 and three alone 509 / 572).
 SHORT_CAUSAL = {
-    (128, False): {"block_n": 128, "fold": True},
+    (128, False): {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True},
     (256, False): {"fold": True},
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},
@@ -65,21 +67,23 @@ EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # up to 3% of their keys past the end and a last tile of the masked softmax. H200, session 16, pairs of CTAs, TFLOPS,
 # medians of 5 interleaved rounds, 128-key / 176-key tiles: S1K 487 / 470, 2K 547 / 541 (540 / 530 in a second run),
 # 3K 580 / 563, 4K 593 / 581 (582 / 570); from 6K the 176-key tiles lead: 602 / 615 at 6K, 600 / 616 at 8K, 632 / 638
-# at 16K. Since session 21 longer ones take three consumers in order on 128-key tiles (FASTER: ahead from 4K, 6%
-# behind at 2K, where their 192-row blocks leave more rows past the end).
+# at 16K. Since session 21 longer ones take three consumers in order on 128-key tiles (FASTER: ahead from 3K, 641
+# against 612 in session 22; 6% behind at 2K, where their 192-row blocks leave more rows past the end).
 SHORT_FULL_MAX_KEYS = 2048
 SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
-# default tiles; FP8: 128-key tiles, two consumers overlapped or three in order). 2 runs adjacent row blocks as a pair
-# that loads each K/V tile once for both (TMA multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs
-# the same way); causal, both take the later block's key tiles, the earlier one's mask hiding the keys past its rows.
+# default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
+# three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
+# FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way); causal, both take the later block's key
+# tiles, the earlier one's mask hiding the keys past its rows.
 # H200, TFLOPS, pairs against one CTA. Without a causal mask (session 10, medians of 5 interleaved rounds at S 4K /
 # 16K / 64K): BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against 685 / 706 / 735
 # (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128 three consumers 839 / 882 / 944
 # against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171. Causal (session 15, medians of 3
 # at S 4K / 16K / 64K, one CTA per work tile; below SHORT_CAUSAL_MAX_KEYS folds serve): BF16 d128 474 / 607 / 651
 # against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
-# 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164.
+# 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164; (session 22, 5 rounds at S 4K
+# / 8K / 16K / 64K) BF16 d128 three consumers 499 / 560 / 625 / 686 against 509 / 572 / 595 / 665.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
 # second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
@@ -89,9 +93,10 @@ CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 PAIRS_MIN_ODD_BLOCKS = 32
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
 # attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
-# code in it). H200, session 12, TFLOPS, S 4K / 16K / 64K, this build against session 11's kernels, alternating
-# rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892
-# at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K.
+# code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12, TFLOPS,
+# S 4K / 16K / 64K, this build against session 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671
+# against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242
+# against 1192 / 1218 at 16K / 64K.
 SPLITS_TAIL = {(128, False), (128, True), (256, True)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
@@ -111,10 +116,13 @@ LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)}
 # session 21, kernels mode, pairs, medians of 5 interleaved rounds, S 2K / 4K / 8K / 16K / 64K: three consumers 552 /
 # 637 / 656 / 688 / 710 TFLOPS against two overlapped on 128-key tiles 588 / 621 / 647 / 670 / 676 and on 176-key
 # ones 570 / 615 / 648 / 655 / 687 (cuDNN 570 / 593 / 615 / 621 / 614); at 2K, 11 blocks of 192 rows leave 6% of
-# theirs past the end and two consumers keep it (SHORT_FULL).
+# theirs past the end and two consumers keep it (SHORT_FULL). Causal too, beyond SHORT_CAUSAL's folds (session 22,
+# kernels mode, medians of 5 interleaved rounds, S 16K / 64K): three consumers paired 625 / 686 against two
+# overlapped on 176-key tiles paired 615 / 658 (alone 602 / 642; cuDNN 552 / 589).
 FASTER = {
     **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
     (128, False, False): {"loop": "serial", "consumers": 3, "block_n": 128},
+    (128, False, True): {"loop": "serial", "consumers": 3, "block_n": 128},
     (128, True, False): {"loop": "serial", "consumers": 3},
     (128, True, True): {"loop": "serial", "consumers": 3},
 }
@@ -144,15 +152,15 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
                 max_seqlen_q: int | None = None, causal: bool = False) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
-    16-bit: the overlapped loop on the head dim's default tiles, or without a causal mask on d128's 128-key ones,
-    two consumers overlapped or three in order; FP8: 128-key tiles, two consumers overlapped or three in order), else
+    16-bit: the overlapped loop on the head dim's default tiles, d128's 128-key ones without a causal mask, or three
+    consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else
     1; also 1 when the longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row
     blocks below PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past
     the end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
-        narrow = block_n == 128 and not causal and (loop == "overlap" or consumers == 3)
+        narrow = block_n == 128 and ((not causal and loop == "overlap") or consumers == 3)
         pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
     blocks = None if max_seqlen_q is None else -(-max_seqlen_q // (WG_ROWS * consumers))
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
@@ -262,11 +270,11 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
                        consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
-    serial, 128-key tiles, no causal mask); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the first;
-    d128's 128 runs the overlapped loop or three consumers); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped
-    loop on the default tiles, or without a causal mask on d128's 128-key ones, overlapped or three consumers, not
-    with `fold`; None: cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in
-    attention_fp8_fwd_sm90 (the overlapped loop; 128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns
+    serial, 128-key tiles); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the first; d128's 128 runs
+    the overlapped loop or three consumers); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on the
+    default tiles, d128's 128-key ones overlapped without a causal mask, or three consumers; not with `fold`; None:
+    cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two
+    consumers overlapped or three in order; 128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns
     out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop

@@ -1390,17 +1390,22 @@ cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, cons
 // there on the H200). block_n is a supported width (checked by the caller). cluster 2: pairs of CTAs sharing K/V
 // through multicast, the overlapped loop on the default tiles, or without a causal mask on d128's 128-key ones; fold:
 // causal, persistent CTAs dealt folds, the overlapped loop, on 128-key tiles at d128 (both checked by the caller).
-// Three consumers (d128 without a causal mask, alone or paired): three warpgroups in order on 128-key tiles, M = 192,
-// 160 registers a thread (S 64 + O 64, then P 32 + O); three warps a scheduler hide more of each one's softmax chain
-// than two overlapped (H200, session 21, paired: +2.5% at S4K, +1.2% at 8K, +2.7% at 16K, +3.3% at 64K against the
-// better of two consumers' 128- and 176-key tiles; 6% behind at 2K, where 192-row blocks waste more rows).
+// Three consumers (d128, alone, paired or in causal folds): three warpgroups in order on 128-key tiles, M = 192, 160
+// registers a thread (S 64 + O 64, then P 32 + O); three warps a scheduler hide more of each one's softmax chain
+// than two overlapped (H200, session 21, paired, no causal mask: +2.5% at S4K, +1.2% at 8K, +2.7% at 16K, +3.3% at
+// 64K against the better of two consumers' 128- and 176-key tiles; 6% behind at 2K, where 192-row blocks waste more
+// rows).
 template <class E>
 cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int consumers, int cluster, bool fold,
                          const Launch& l) {
   using Out = typename E::Out;
-  if (consumers == 3)
-    return cluster == 2 ? launch<E, 128, 128, 2, 3, false, SERIAL, Out, 2>(l)
-                        : launch<E, 128, 128, 2, 3, false, SERIAL, Out>(l);
+  if (consumers == 3) {
+    if (fold) return launch<E, 128, 128, 2, 3, true, SERIAL, Out, 1, true>(l);
+    if (cluster == 2)
+      return causal ? launch<E, 128, 128, 2, 3, true, SERIAL, Out, 2>(l)
+                    : launch<E, 128, 128, 2, 3, false, SERIAL, Out, 2>(l);
+    return causal ? launch<E, 128, 128, 2, 3, true, SERIAL, Out>(l) : launch<E, 128, 128, 2, 3, false, SERIAL, Out>(l);
+  }
   if (cluster == 2) {
     if (causal)
       return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 2>(l)
@@ -1472,12 +1477,12 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 }
 
 // BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys, no causal mask, no folds);
+// consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP, or three consumers);
 // cluster: 1, or 2 CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a
 // causal mask; three consumers too);
-// fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP; 128-key tiles at d128), 0 one CTA per work
-// tile; workspace as above. Returns as above.
+// fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP, or three consumers; 128-key tiles at d128),
+// 0 one CTA per work tile; workspace as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int consumers,
@@ -1487,10 +1492,11 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool three = consumers == 3;
   const bool narrow = d == 128 && block_n == 128 && (three ? loop == SERIAL : loop == OVERLAP);
-  if ((consumers != 2 && !three) || (three && (!narrow || causal || fold != 0)) ||
-      (loop != SERIAL && loop != OVERLAP) || (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
+  if ((consumers != 2 && !three) || (three && !narrow) || (loop != SERIAL && loop != OVERLAP) ||
+      (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && !three && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
-      (fold != 0 && (fold != 1 || !causal || loop != OVERLAP || cluster != 1 || (d == 128 && block_n != 128))))
+      (fold != 0 && (fold != 1 || !causal || (!three && loop != OVERLAP) || cluster != 1 ||
+                     (d == 128 && block_n != 128))))
     return UNSUPPORTED;
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, consumers * WG_ROWS) ||
