@@ -82,8 +82,8 @@ SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # against 808 / 875 / 927; FP8 d256 1066 / 1169 / 1218 against 1049 / 1137 / 1171. Causal (session 15, medians of 3
 # at S 4K / 16K / 64K, one CTA per work tile; below SHORT_CAUSAL_MAX_KEYS folds serve): BF16 d128 474 / 607 / 651
 # against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
-# 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164; (session 22, 5 rounds at S 4K
-# / 8K / 16K / 64K) BF16 d128 three consumers 499 / 560 / 625 / 686 against 509 / 572 / 595 / 665.
+# 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164; session 22, medians of 5 at
+# S 4K / 8K / 16K / 64K: BF16 d128 three consumers 499 / 560 / 625 / 686 against 509 / 572 / 595 / 665.
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
 # second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
@@ -153,10 +153,9 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
                 max_seqlen_q: int | None = None, causal: bool = False) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
     16-bit: the overlapped loop on the head dim's default tiles, d128's 128-key ones without a causal mask, or three
-    consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else
-    1; also 1 when the longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row
-    blocks below PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past
-    the end."""
+    consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the
+    longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below
+    PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past the end."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
