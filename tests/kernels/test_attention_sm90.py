@@ -296,7 +296,7 @@ def test_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
     for keys in (limit + 1, 16384, None):
         settings = attention_sm90.best_settings(128, False, False, keys)
         assert settings == {"loop": "serial", "consumers": 3, "block_n": 128}, keys
-        assert attention_sm90.cluster_for(128, False, "serial", 3, 128) == 2
+    assert attention_sm90.cluster_for(128, False, "serial", 3, 128) == 2
     for d, fp8 in [(256, False), (128, True)]:
         assert "block_n" not in attention_sm90.best_settings(d, fp8, False, 1024), (d, fp8)
 
@@ -307,7 +307,7 @@ def test_long_causal_16bit_d128_attention_takes_three_consumers_in_pairs():
     for keys in (limit + 1, 65536, None):
         settings = attention_sm90.best_settings(128, False, True, keys)
         assert settings == {"loop": "serial", "consumers": 3, "block_n": 128}, keys
-        assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2
+    assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2
     assert attention_sm90.best_settings(128, False, True, limit) == {
         "loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
 
