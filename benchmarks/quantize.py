@@ -40,11 +40,10 @@ SHAPES = {  # name -> (tokens, heads, kv_heads, head dim)
     "S16K d256, 8/8 heads": (16384, 8, 8, 256),
 }
 PARTS = ("Q", "K", "V")
-# head dim -> the settings (programs per SM, pipeline stages, warps) each part is timed with; d256's Hadamard matrix
-# alone takes 128 KB of shared memory, so its tiles go one at a time
+# head dim -> the settings (programs per SM, pipeline stages, warps) each part is timed with
 SETTINGS = {
     128: [(p, s, w) for p in (2, 4, 8) for s in (1, 2, 3) for w in (4, 8)],
-    256: [(p, 1, w) for p in (1, 2, 4) for w in (4, 8, 16)],
+    256: [(p, s, w) for p in (1, 2, 4) for s in (1, 2) for w in (4, 8, 16)],
 }
 PER_TILE = 1 << 20  # programs per SM past any tile count: one program per tile
 

@@ -2,13 +2,15 @@
 optionally in the CUDA kernel's order, fp8_layout.v_key_positions).
 
 Each tile of one sequence and one head is quantized on its own: its rows are multiplied by the random-sign Hadamard
-matrix (a tensor-core product with ±1 entries, so exact products and fp32 sums), and x · 448 / amax is written as
-e4m3 with scale amax / 448 (amax: the tile's absolute maximum). A program walks a sequence's tiles of one head with
-a stride, a few programs per SM in all, so that it loads the Hadamard matrix once, and the SM's other programs' loads
-overlap its work (or, pipelined, its own next tiles'). The input may be any (token, head) strided view with
-contiguous rows, such as the (batch, heads, seq, d) tensor transformers hands attention, transposed: it is read in
-place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.653 ms at 128K tokens
-(32 / 8 heads), 0.095 ms at 16K (16 / 16 heads), 0.055 ms at 8K (32 / 8): 0.74-1.20x a plain copy's byte rate.
+matrix, and x · 448 / amax is written as e4m3 with scale amax / 448 (amax: the tile's absolute maximum). The rotation
+is two tensor-core products with Sylvester's matrix of half the size (hadamard.py), one per half of each row (signs
+applied first), whose sum and difference are the rotated halves: ±1 entries, so exact products and fp32 sums, and half
+the FLOPs and a quarter of the matrix that one product with the whole matrix takes. A program walks a sequence's tiles
+of one head with a stride, a few programs per SM in all, so that it loads the Hadamard matrix once, and the SM's other
+programs' loads overlap its work (or, pipelined, its own next tiles'). The input may be any (token, head) strided view
+with contiguous rows, such as the (batch, heads, seq, d) tensor transformers hands attention, transposed: it is read
+in place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.623 ms at 128K tokens (32 /
+8 heads), 0.090 ms at 16K (16 / 16 heads), 0.051 ms at 8K (32 / 8): 0.78-1.24x a plain copy's byte rate.
 """
 
 import functools
@@ -19,7 +21,7 @@ import triton.language as tl
 
 from . import env
 from .fp8_layout import E4M3_MAX, tile_bound
-from .hadamard import sign_hadamard
+from .hadamard import signs, sylvester
 
 # (head dim, rows per tile, transposed) -> (programs per SM the grid is sized for, tiles in flight per program, warps
 # per program), from benchmarks/quantize.py on the H200 (session 14: each part alone in GPU time at 8K, 16K and 128K
@@ -27,13 +29,13 @@ from .hadamard import sign_hadamard
 # 31.7-456 us against 33.9-478 with every part on four programs of three 4-warp stages (session 7's choice); K's
 # 128-row tiles on 8 warps, whose fp32 tile then takes 64 registers a thread instead of 128 (4 warps: 239 registers,
 # one program per SM), 10.7-120 us against 12.2-154; V (no rotation; transposed through shared memory) one tile at a
-# time, 6.0-108 us against 6.1-112. d256 (16K tokens): its Hadamard matrix alone takes 128 KB of shared memory, one
-# program per SM, tiles one at a time: Q / K 62 us, V on 16 warps 38 us, against 66 / 42 on 8 warps. d64: untimed,
-# session 7's choice.
+# time, 6.0-108 us against 6.1-112. d256 (16K tokens, session 23, the rotation in halves): Q and K one program per SM
+# of two 8-warp stages, 44.7 us each against 56 with one stage (its 32 KB half-size matrix leaves room for a second
+# tile; the whole matrix took 128 KB), V on 16 warps 34 us. d64: untimed, session 7's choice.
 PIPELINE = {
     (64, 64, False): (4, 3, 4), (64, 128, False): (4, 3, 4), (64, 128, True): (4, 3, 4),
     (128, 64, False): (2, 3, 4), (128, 128, False): (2, 2, 8), (128, 128, True): (8, 1, 4),
-    (256, 128, False): (1, 1, 8), (256, 128, True): (1, 1, 16),
+    (256, 128, False): (1, 2, 8), (256, 128, True): (1, 1, 16),
 }
 OTHER_TILES = (4, 1, 4)  # tiles PIPELINE does not list: the interpreter's small ones, where these do not matter
 
@@ -64,7 +66,7 @@ def _tiles_before(CU, b, BLOCK: tl.constexpr, CHUNK: tl.constexpr = 128):
 
 @triton.jit
 def _quantize_kernel(
-    X, Y, SCALE, R, CU, CU_B, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
+    X, Y, SCALE, SIGNS, H, CU, CU_B, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
     HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
     PERMUTE: tl.constexpr, POW2_SCALE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
     NUM_STAGES: tl.constexpr,
@@ -78,9 +80,12 @@ def _quantize_kernel(
         tl.store(CU_B + b + 1, first_tile + tl.cdiv(seqlen, BLOCK))
         if b == 0:
             tl.store(CU_B, 0)
-    offs_d = tl.arange(0, D)
+    HALF: tl.constexpr = D // 2
+    offs_d = tl.arange(0, HALF)  # each row in two halves, lo and hi
     if HADAMARD:
-        r = tl.load(R + offs_d[:, None] * D + offs_d[None, :])
+        sylvester_half = tl.load(H + offs_d[:, None] * HALF + offs_d[None, :])
+        signs_lo = tl.load(SIGNS + offs_d)[None, :]
+        signs_hi = tl.load(SIGNS + HALF + offs_d)[None, :]
     for blk in tl.range(tl.program_id(0), tl.cdiv(seqlen, BLOCK), tl.num_programs(0), num_stages=NUM_STAGES):
         rows = tl.arange(0, BLOCK)
         if PERMUTE:
@@ -90,27 +95,37 @@ def _quantize_kernel(
         rows += blk * BLOCK
         row_ok = (rows < seqlen)[:, None]
         tokens = (start + rows).to(tl.int64)
-        x = tl.load(X + tokens[:, None] * stride_t + h * stride_h + offs_d[None, :], mask=row_ok, other=0.0)
-        if HADAMARD:
-            x = tl.dot(x, r) * inv_sqrt_d
+        x_ptrs = X + tokens[:, None] * stride_t + h * stride_h + offs_d[None, :]
+        lo = tl.load(x_ptrs, mask=row_ok, other=0.0)
+        hi = tl.load(x_ptrs + HALF, mask=row_ok, other=0.0)
+        if HADAMARD:  # x · diag(signs) · [[H, H], [H, -H]]
+            lo_h = tl.dot(lo * signs_lo, sylvester_half)
+            hi_h = tl.dot(hi * signs_hi, sylvester_half)
+            lo, hi = (lo_h + hi_h) * inv_sqrt_d, (lo_h - hi_h) * inv_sqrt_d
         else:
-            x = x.to(tl.float32)
-        amax = tl.maximum(tl.max(tl.max(tl.abs(x), 1), 0), 1e-12)
+            lo, hi = lo.to(tl.float32), hi.to(tl.float32)
+        amax = tl.maximum(tl.maximum(tl.max(tl.max(tl.abs(lo), 1), 0), tl.max(tl.max(tl.abs(hi), 1), 0)), 1e-12)
         if POW2_SCALE:  # fp8_layout.pow2_scale, from amax's bits; 1 / scale is exact
             bits = amax.to(tl.int32, bitcast=True)
             exponent = (bits >> 23) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
             scale = (exponent << 23).to(tl.float32, bitcast=True)
-            y = to_e4m3(x * ((254 - exponent) << 23).to(tl.float32, bitcast=True), ROUND_FIRST)
+            factor = ((254 - exponent) << 23).to(tl.float32, bitcast=True)
         else:
             scale = amax / FP8_MAX
-            y = to_e4m3(x * (FP8_MAX / amax), ROUND_FIRST)
+            factor = FP8_MAX / amax
+        y_lo = to_e4m3(lo * factor, ROUND_FIRST)
+        y_hi = to_e4m3(hi * factor, ROUND_FIRST)
         tile = first_tile + blk
         if TRANSPOSE:
             # whole tile, zero rows past the sequence's end included; stored (D, BLOCK) so writes are coalesced
             cols = tile.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-            tl.store(Y + (h * D + offs_d)[:, None].to(tl.int64) * y_cols + cols[None, :], tl.trans(y))
+            y_ptrs = Y + (h * D + offs_d)[:, None].to(tl.int64) * y_cols + cols[None, :]
+            tl.store(y_ptrs, tl.trans(y_lo))
+            tl.store(y_ptrs + HALF * y_cols, tl.trans(y_hi))
         else:
-            tl.store(Y + tokens[:, None] * (HX * D) + h * D + offs_d[None, :], y, mask=row_ok)
+            y_ptrs = Y + tokens[:, None] * (HX * D) + h * D + offs_d[None, :]
+            tl.store(y_ptrs, y_lo, mask=row_ok)
+            tl.store(y_ptrs + HALF, y_hi, mask=row_ok)
         tl.store(SCALE + h * n_blocks + tile, scale)
 
 
@@ -158,10 +173,11 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     programs_per_sm, stages, num_warps = (
         default if given is None else given for given, default in zip((programs_per_sm, stages, num_warps), tuned)
     )
-    r = sign_hadamard(d, dtype=x.dtype, device=str(x.device))
+    device = str(x.device)
     grid = (_programs_per_sequence(x, triton.cdiv(max_seqlen, block), heads * batch, programs_per_sm), heads, batch)
     _quantize_kernel[grid](
-        x, y, scale, r, cu_seqlens, cu_blocks, x.stride(0), x.stride(1), y_cols, n_blocks, d**-0.5,
+        x, y, scale, signs(d, x.dtype, device), sylvester(d // 2, x.dtype, device), cu_seqlens, cu_blocks,
+        x.stride(0), x.stride(1), y_cols, n_blocks, d**-0.5,
         HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, POW2_SCALE=pow2_scale,
         FP8_MAX=E4M3_MAX, ROUND_FIRST=env.interpreting(), NUM_STAGES=stages, num_warps=num_warps,
     )

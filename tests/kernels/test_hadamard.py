@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fa3fp8.hadamard import rotate, sign_hadamard
+from fa3fp8.hadamard import rotate, sign_hadamard, signs, sylvester
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
@@ -11,6 +11,17 @@ def test_rotation_is_orthogonal_with_unit_entries(d):
     r = sign_hadamard(d)
     assert set(r.unique().tolist()) == {-1.0, 1.0}
     torch.testing.assert_close(r @ r.T / d, torch.eye(d, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_rotation_in_halves_equals_the_whole_product(d):
+    """The quantizer's form: with a, b the halves of x · diag(signs) and H Sylvester's matrix of size d / 2,
+    x · R · sqrt(d) = [a · H + b · H, a · H - b · H]."""
+    torch.testing.assert_close(sign_hadamard(d), signs(d)[:, None] * sylvester(d))
+    x = torch.randn(8, d, dtype=torch.float64)
+    a, b = (x * signs(d)).split(d // 2, dim=1)
+    a_h, b_h = a @ sylvester(d // 2), b @ sylvester(d // 2)
+    torch.testing.assert_close(torch.cat([a_h + b_h, a_h - b_h], 1), rotate(x) * d**0.5)
 
 
 @pytest.mark.parametrize("d", [64, 128])
