@@ -121,7 +121,7 @@ def _quantize_kernel(
             cols = tile.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
             y_ptrs = Y + (h * D + offs_d)[:, None].to(tl.int64) * y_cols + cols[None, :]
             tl.store(y_ptrs, tl.trans(y_lo))
-            tl.store(y_ptrs + HALF * y_cols, tl.trans(y_hi))
+            tl.store(y_ptrs + HALF * y_cols.to(tl.int64), tl.trans(y_hi))
         else:
             y_ptrs = Y + tokens[:, None] * (HX * D) + h * D + offs_d[None, :]
             tl.store(y_ptrs, y_lo, mask=row_ok)
