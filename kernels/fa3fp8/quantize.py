@@ -104,7 +104,7 @@ def _quantize_kernel(
             lo, hi = (lo_h + hi_h) * inv_sqrt_d, (lo_h - hi_h) * inv_sqrt_d
         else:
             lo, hi = lo.to(tl.float32), hi.to(tl.float32)
-        amax = tl.maximum(tl.maximum(tl.max(tl.max(tl.abs(lo), 1), 0), tl.max(tl.max(tl.abs(hi), 1), 0)), 1e-12)
+        amax = tl.maximum(tl.max(tl.max(tl.maximum(tl.abs(lo), tl.abs(hi)), 1), 0), 1e-12)
         if POW2_SCALE:  # fp8_layout.pow2_scale, from amax's bits; 1 / scale is exact
             bits = amax.to(tl.int32, bitcast=True)
             exponent = (bits >> 23) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
