@@ -6,7 +6,7 @@ compared bit for bit. For a change that should not alter results (a schedule, a 
                                    [--rounds 5] [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
-another revision of csrc/attn_sm90.cu with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
+another revision of csrc/ with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
 revision's fa3fp8 on PYTHONPATH); where the entries' arguments have changed since, give the older source's entries
 the new signatures (ignoring what they do not use) before building it: its kernels stay as they were. Writes
 kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.

@@ -1,5 +1,5 @@
-"""Launchers of the CUDA C++ forward kernels (`csrc/attn_sm90.cu`): FlashAttention-3's structure on sm_90a, for FP8
-and for BF16/FP16.
+"""Launchers of the CUDA C++ forward kernels (`csrc/attn_sm90.cuh`, picked by `csrc/attn_sm90.cu`): FlashAttention-3's
+structure on sm_90a, for FP8 and for BF16/FP16.
 
 One persistent CTA per SM loops over work tiles (128 or 192 query rows of one sequence and head; causal: one CTA
 per work tile, as their lengths differ, or persistent CTAs dealt folds of two tiles of equal total length, `fold`,
@@ -92,13 +92,13 @@ CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
 # (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
-# attn_sm90.cu's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
+# attn_sm90.cuh's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
 # code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12, TFLOPS,
 # S 4K / 16K / 64K, this build against session 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671
 # against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242
 # against 1192 / 1218 at 16K / 64K.
 SPLITS_TAIL = {(128, False), (128, True), (256, True)}
-LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cu's Loop
+LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cuh's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
 # 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
@@ -207,7 +207,7 @@ def _outputs(q, total_k, batch, out_dtype):
 
 def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold: bool, split: bool) -> torch.Tensor:
     """The workspace where a persistent launch (no causal mask, or folds) may split its last round along the keys
-    (csrc/attn_sm90.cu, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
+    (csrc/attn_sm90.cuh, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
     (a null pointer: never split) for causal launches of one CTA per work tile, kernels that do not split
     (SPLITS_TAIL) and when `split` is off."""
     if (causal and not fold) or not split or (d, fp8) not in SPLITS_TAIL:

@@ -1,9 +1,9 @@
-"""Build and load fa3fp8's CUDA C++ kernels (`csrc/*.cu`) with nvcc: one shared library per source hash.
+"""Build and load fa3fp8's CUDA C++ kernels (`csrc/`) with nvcc: one shared library per hash of the sources.
 
 The library exposes plain C functions (no torch headers), so it builds the same way on a GPU machine, in a
 Docker build stage or on a CPU-only CI machine that has nvcc (where the tests compile it for sm_90a and read
 ptxas's report). `python -m fa3fp8.cuda_build DIR` builds it into DIR ahead of time; at run time the library is
-looked up beside the source, then in `FA3FP8_CACHE_DIR`, and built there when missing.
+looked up beside the sources, then in `FA3FP8_CACHE_DIR`, and built there when missing.
 """
 
 import ctypes
@@ -18,9 +18,15 @@ from pathlib import Path
 
 from . import env
 
-SOURCE = Path(__file__).parent / "csrc" / "attn_sm90.cu"
+CSRC = Path(__file__).parent / "csrc"
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)  # wgmma and setmaxnreg exist only on sm_90a
-FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
+FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
+# The library's compilation units (in CSRC) and the options each adds to FLAGS: ptxas's options apply to a whole unit,
+# so kernels whose schedule is better with others than the rest's are compiled in a unit of their own.
+UNITS = {
+    "attn_sm90.cu": (),
+    "attn_sm90_d256_folds.cu": ("-Xptxas", "--register-usage-level=8"),
+}
 
 
 def nvcc() -> str | None:
@@ -32,44 +38,58 @@ def nvcc() -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
-def library_name(source: Path = SOURCE) -> str:
-    """File name of the built library: the source's stem and a hash of the source and the flags."""
-    digest = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    return f"lib{source.stem}-{digest}.so"
+def library_name(folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None) -> str:
+    """File name of the built library: its first unit's stem and a hash of every source in `folder` (*.cu, *.cuh),
+    FLAGS and the units' own options (None: CSRC, UNITS)."""
+    folder, units = folder or CSRC, units or UNITS
+    digest = hashlib.sha256(" ".join(FLAGS).encode())
+    for source in sorted([*folder.glob("*.cu"), *folder.glob("*.cuh")]):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    for unit, flags in units.items():
+        digest.update(" ".join((unit, *flags)).encode())
+    return f"lib{Path(next(iter(units))).stem}-{digest.hexdigest()[:16]}.so"
 
 
-def compile_source(source: Path, output: Path, extra_flags: tuple[str, ...] = ()) -> str:
-    """Run nvcc on `source` into `output` (written atomically); returns ptxas's report (`-Xptxas -v`)."""
+def compile_library(output: Path, folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None,
+                    extra_flags: tuple[str, ...] = ()) -> str:
+    """Compile the units (None: CSRC, UNITS) at once, each with FLAGS, its own options and `extra_flags`, and link them
+    into the shared library `output` (written atomically); returns ptxas's reports (`-Xptxas -v`), unit by unit."""
     compiler = nvcc()
     if compiler is None:
         raise RuntimeError("nvcc not found: put it on PATH or set CUDA_HOME")
+    folder, units = folder or CSRC, units or UNITS
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=output.parent, suffix=".so", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        done = subprocess.run(
-            [compiler, *FLAGS, *extra_flags, "-Xptxas", "-v", "-o", str(partial), str(source)],
-            capture_output=True, text=True,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {source.name}:\n{done.stderr[-4000:]}")
+    with tempfile.TemporaryDirectory(dir=output.parent) as scratch:
+        objects = [Path(scratch) / f"{Path(unit).stem}.o" for unit in units]
+        runs = [
+            subprocess.Popen([compiler, *FLAGS, *flags, *extra_flags, "-Xptxas", "-v", "-c", "-o", str(obj),
+                              str(folder / unit)], stderr=subprocess.PIPE, text=True)
+            for (unit, flags), obj in zip(units.items(), objects)
+        ]
+        reports = [run.communicate()[1] for run in runs]
+        for unit, run, report in zip(units, runs, reports):
+            if run.returncode != 0:
+                raise RuntimeError(f"nvcc failed on {unit}:\n{report[-4000:]}")
+        partial = Path(scratch) / output.name
+        linked = subprocess.run([compiler, *ARCH_FLAGS, "-shared", "-o", str(partial), *map(str, objects)],
+                                capture_output=True, text=True)
+        if linked.returncode != 0:
+            raise RuntimeError(f"nvcc failed to link {output.name}:\n{linked.stderr[-4000:]}")
         partial.replace(output)
-    finally:
-        partial.unlink(missing_ok=True)
-    return done.stderr
+    return "".join(reports)
 
 
 def _built() -> Path | None:
-    """The library if it is already built: beside the source (prebuilt), else in the cache directory."""
-    for folder in (SOURCE.parent, Path(env.cache_dir())):
-        if (folder / library_name(SOURCE)).is_file():
-            return folder / library_name(SOURCE)
+    """The library if it is already built: beside the sources (prebuilt), else in the cache directory."""
+    for folder in (CSRC, Path(env.cache_dir())):
+        if (folder / library_name()).is_file():
+            return folder / library_name()
     return None
 
 
 def cache_path() -> Path:
-    """Where the library is built when no prebuilt one is beside the source: in the cache directory."""
-    return Path(env.cache_dir()) / library_name(SOURCE)
+    """Where the library is built when no prebuilt one is beside the sources: in the cache directory."""
+    return Path(env.cache_dir()) / library_name()
 
 
 def library_path() -> Path:
@@ -77,7 +97,7 @@ def library_path() -> Path:
     built = _built()
     if built is None:
         built = cache_path()
-        compile_source(SOURCE, built)
+        compile_library(built)
     return built
 
 
@@ -126,6 +146,6 @@ def available() -> bool:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else SOURCE.parent
-    compile_source(SOURCE, target / library_name(SOURCE))
-    print(target / library_name(SOURCE))
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else CSRC
+    compile_library(target / library_name())
+    print(target / library_name())

@@ -1,4 +1,4 @@
-"""The CUDA C++ kernels (`csrc/attn_sm90.cu`): compiled for sm_90a with nvcc on any machine that has it (ptxas's
+"""The CUDA C++ kernels (`csrc/`): compiled for sm_90a with nvcc on any machine that has it (ptxas's
 report: no spills in the default variants, no serialized wgmma; the machine code: wgmma descriptors in uniform
 registers), and on a Hopper GPU checked against the references
 on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel against the reference's FP8 math
@@ -31,7 +31,7 @@ def ptxas_report():
     """ptxas's `-v` report of one build, one (kernel, facts) pair per template instance. The build goes where
     `cuda_build.load()` looks for the library, so the tests that call into it load this one (a CI machine builds the
     library once)."""
-    report = cuda_build.compile_source(cuda_build.SOURCE, cuda_build.cache_path())
+    report = cuda_build.compile_library(cuda_build.cache_path())
     kernels = re.split(r"Compiling entry function '", report)[1:]
     return {text.split("'", 1)[0]: text for text in kernels}
 

@@ -1,5 +1,7 @@
-"""Building the CUDA kernel library: cache names follow the source, failures say what nvcc said, a built library
-is found before anything is compiled."""
+"""Building the CUDA kernel library: names follow every source and each unit's options, units link into one library,
+failures say what nvcc said, a built library is found before anything is compiled."""
+
+import ctypes
 
 import pytest
 
@@ -8,24 +10,37 @@ from fa3fp8 import cuda_build
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="needs nvcc")
 
 
-def test_library_name_follows_the_source(tmp_path):
-    a, b = tmp_path / "k.cu", tmp_path / "k2.cu"
-    a.write_text("int x;")
-    b.write_text("int y;")
-    assert cuda_build.library_name(a).startswith("libk-") and cuda_build.library_name(a).endswith(".so")
-    b.write_text("int x;")
-    assert cuda_build.library_name(a).split("-")[1] == cuda_build.library_name(b).split("-")[1]
-    b.write_text("int y;")
-    assert cuda_build.library_name(a).split("-")[1] != cuda_build.library_name(b).split("-")[1]
+def test_library_name_follows_every_source_and_each_units_options(tmp_path):
+    (tmp_path / "k.cu").write_text('#include "k.cuh"\n')
+    (tmp_path / "k.cuh").write_text("int x;")
+    units = {"k.cu": ()}
+    name = cuda_build.library_name(tmp_path, units)
+    assert name.startswith("libk-") and name.endswith(".so")
+    (tmp_path / "k.cuh").write_text("int y;")
+    assert cuda_build.library_name(tmp_path, units) != name
+    (tmp_path / "k.cuh").write_text("int x;")
+    assert cuda_build.library_name(tmp_path, units) == name
+    assert cuda_build.library_name(tmp_path, {"k.cu": ("-Xptxas", "--register-usage-level=8")}) != name
 
 
 @needs_nvcc
 def test_compile_error_reports_nvcc_output(tmp_path):
-    bad = tmp_path / "bad.cu"
-    bad.write_text("this is not C++\n")
+    (tmp_path / "good.cu").write_text("int good() { return 1; }\n")
+    (tmp_path / "bad.cu").write_text("this is not C++\n")
     with pytest.raises(RuntimeError, match="nvcc failed on bad.cu"):
-        cuda_build.compile_source(bad, tmp_path / "out" / "libbad.so")
-    assert not list((tmp_path / "out").glob("*.so"))  # no partial library left behind
+        cuda_build.compile_library(tmp_path / "out" / "libbad.so", tmp_path, {"good.cu": (), "bad.cu": ()})
+    assert not list((tmp_path / "out").iterdir())  # no partial library or object left behind
+
+
+@needs_nvcc
+def test_units_link_into_one_library(tmp_path):
+    """Each unit gets its own options (here a macro): the library holds both units' functions."""
+    (tmp_path / "a.cu").write_text('extern "C" int from_a() { return VALUE; }\n')
+    (tmp_path / "b.cu").write_text('extern "C" int from_b() { return VALUE; }\n')
+    library = tmp_path / "out" / "liba.so"
+    cuda_build.compile_library(library, tmp_path, {"a.cu": ("-DVALUE=1",), "b.cu": ("-DVALUE=2",)})
+    loaded = ctypes.CDLL(str(library))
+    assert (loaded.from_a(), loaded.from_b()) == (1, 2)
 
 
 @pytest.fixture
@@ -48,7 +63,8 @@ def test_built_library_is_found_without_nvcc(tmp_path, monkeypatch):
 
 def test_a_library_that_does_not_load_leaves_triton_serving(tmp_path, monkeypatch, fresh_availability):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cuda_build, "SOURCE", tmp_path / "attn.cu")
+    monkeypatch.setattr(cuda_build, "CSRC", tmp_path)
+    monkeypatch.setattr(cuda_build, "UNITS", {"attn.cu": ()})
     (tmp_path / "attn.cu").write_text("// a library that is not one\n")
     (tmp_path / cuda_build.library_name()).write_bytes(b"not an ELF file")
     with pytest.warns(RuntimeWarning, match="the Triton kernel serves"):
@@ -58,6 +74,7 @@ def test_a_library_that_does_not_load_leaves_triton_serving(tmp_path, monkeypatc
 def test_unavailable_without_nvcc_or_library(tmp_path, monkeypatch, fresh_availability):
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    monkeypatch.setattr(cuda_build, "SOURCE", tmp_path / "attn.cu")
+    monkeypatch.setattr(cuda_build, "CSRC", tmp_path)
+    monkeypatch.setattr(cuda_build, "UNITS", {"attn.cu": ()})
     (tmp_path / "attn.cu").write_text("// nothing built\n")
     assert not cuda_build.available()
