@@ -8,11 +8,11 @@ LSEs. Plain strided pointer loads (no TMA), so the caches may be slices of a lar
 under TRITON_INTERPRET=1 too.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from .gpu import sm_count
 
 LOG2E = 1.4426950408889634
 LN2 = tl.constexpr(0.6931471805599453)
@@ -115,19 +115,14 @@ def _decode_merge(O_PART, LSE_PART, OUT, LSE, num_splits, D: tl.constexpr, BLOCK
     tl.store(LSE + row, tl.where(empty, float("-inf"), (m + tl.math.log2(tl.where(empty, 1.0, total))) * LN2))
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def split_plan(batch_kv: int, max_seqlen: int, block_n: int, sm_count: int, num_splits: int | None = None):
+def split_plan(batch_kv: int, max_seqlen: int, block_n: int, sms: int, num_splits: int | None = None):
     """(number of splits, keys per split) for `batch_kv` (sequence, KV head) pairs over `max_seqlen` keys.
 
     By default as many splits as make `WAVES` programs per SM; never more than there are key tiles. The chunk is a
     multiple of `block_n`, and the split count is recomputed from it so that no split starts past `max_seqlen`.
     """
     tiles = max(1, triton.cdiv(max_seqlen, block_n))
-    wanted = num_splits if num_splits is not None else triton.cdiv(WAVES * sm_count, max(1, batch_kv))
+    wanted = num_splits if num_splits is not None else triton.cdiv(WAVES * sms, max(1, batch_kv))
     tiles_per_split = triton.cdiv(tiles, max(1, min(tiles, wanted)))
     return triton.cdiv(tiles, tiles_per_split), tiles_per_split * block_n
 
@@ -142,8 +137,8 @@ def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, *, num_splits=
     group = heads // kv_heads
     tile_n, warps, stages = TILES[d]
     block_n = block_n or tile_n
-    sm_count = _sm_count(q.device) if q.is_cuda else INTERPRETER_SMS
-    splits, chunk = split_plan(batch * kv_heads, max_seqlen, block_n, sm_count, num_splits)
+    sms = sm_count(q.device) if q.is_cuda else INTERPRETER_SMS
+    splits, chunk = split_plan(batch * kv_heads, max_seqlen, block_n, sms, num_splits)
     out = torch.empty((batch, heads, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads), dtype=torch.float32, device=q.device)
     if out.numel() == 0 or max_seqlen == 0:  # no kernels: an empty cache need not even have a valid pointer

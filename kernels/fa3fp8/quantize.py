@@ -13,14 +13,13 @@ in place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V 
 8 heads), 0.090 ms at 16K (16 / 16 heads), 0.051 ms at 8K (32 / 8): 0.78-1.24x a plain copy's byte rate.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from . import env
 from .fp8_layout import E4M3_MAX, tile_bound
+from .gpu import sm_count
 from .hadamard import signs, sylvester
 
 # (head dim, rows per tile, transposed) -> (programs per SM the grid is sized for, tiles in flight per program, warps
@@ -129,17 +128,12 @@ def _quantize_kernel(
         tl.store(SCALE + h * n_blocks + tile, scale)
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _programs_per_sequence(x: torch.Tensor, tiles: int, heads_x_batch: int, programs_per_sm: int) -> int:
     """Programs per (sequence, head) so that the grid holds about programs_per_sm per SM (at least one per
     (sequence, head), at most one per tile). The interpreter runs one, which walks all its tiles."""
     if x.device.type != "cuda":
         return 1
-    return max(1, min(tiles, _sm_count(x.device) * programs_per_sm // heads_x_batch))
+    return max(1, min(tiles, sm_count(x.device) * programs_per_sm // heads_x_batch))
 
 
 def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False, pow2_scale=False,
