@@ -360,7 +360,8 @@ def kernel_runner(name, fp8, q, k, v, bundles, causal):
 
 
 def settings_runner(extra, fp8, q, k, v, bundles, causal):
-    """As kernel_runner, for the CUDA launcher's arguments `extra` (None: the Triton kernel)."""
+    """As kernel_runner, for the CUDA launcher's arguments `extra` (None: the Triton kernel); q may have fewer rows
+    than k and v (causal: aligned bottom-right)."""
     from fa3fp8 import attention_sm90
 
     d = q.shape[-1]
@@ -373,13 +374,14 @@ def settings_runner(extra, fp8, q, k, v, bundles, causal):
             return lambda: attention_fwd(*args, torch.bfloat16)[0]
         return lambda: attention_sm90.attention_fp8_fwd_sm90(*args, b.block_m, torch.bfloat16,
                                                              max_seqlen_k=b.max_seqlen_k, **extra)[0]
-    (batch, seqlen), heads, kv_heads = q.shape[:2], q.shape[2], k.shape[2]
-    cu = torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=q.device)
+    (batch, seqlen_q), seqlen_k, heads, kv_heads = q.shape[:2], k.shape[1], q.shape[2], k.shape[2]
+    cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=q.device)
+    cu_k = torch.arange(0, (batch + 1) * seqlen_k, seqlen_k, dtype=torch.int32, device=q.device)
     qp, kp, vp = q.reshape(-1, heads, d), k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
     if extra is None:
-        return lambda: attention_fwd(qp, kp, vp, cu, cu, seqlen, scale, causal)[0]
-    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu, cu, seqlen, scale, causal, max_seqlen_k=seqlen,
-                                                     **extra)[0]
+        return lambda: attention_fwd(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal, max_seqlen_k=seqlen_k)[0]
+    return lambda: attention_sm90.attention_fwd_sm90(qp, kp, vp, cu_q, cu_k, seqlen_q, scale, causal,
+                                                     max_seqlen_k=seqlen_k, **extra)[0]
 
 
 def kernel_cases(args):

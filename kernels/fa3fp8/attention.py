@@ -13,6 +13,7 @@ import triton.language as tl
 
 from . import attention_sm90, configs, env
 from .fastmath import exp2_mixed
+from .gpu import sm_count
 from .quantize import to_e4m3
 from .reference import P_SHIFT
 
@@ -205,7 +206,8 @@ def attention_fwd(
     choice = env.kernel() if config is None and not env.interpreting() else "triton"
     # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
     equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k
-    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths)
+    launch = (batch * heads, max_seqlen_q, sm_count(q.device)) if q.is_cuda else None
+    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths, launch)
     if choice == "auto":
         choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)

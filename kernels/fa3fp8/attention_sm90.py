@@ -17,6 +17,7 @@ second kernel (`split`; SPLITS_TAIL).
 import torch
 
 from . import cuda_build, env
+from .gpu import sm_count
 
 LOG2E = 1.4426950408889634
 KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
@@ -71,6 +72,16 @@ EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # against 612 in session 22; 6% behind at 2K, where their 192-row blocks leave more rows past the end).
 SHORT_FULL_MAX_KEYS = 2048
 SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
+# Causal attention beyond the folds runs one CTA per work tile. Where three consumers' tiles (192 rows of one sequence
+# and head) would fill fewer than FEW_WAVES[fp8] waves of the SMs (a chunked prefill's short last chunk, a few draft
+# tokens over a long context), two consumers' 128-row tiles, 1.5x the CTAs, paired on the default tiles, finish
+# sooner. H200, session 25, `benchmarks/few_queries.py` (32 / 8 heads, d128, one sequence, 131072 keys, medians of 3
+# rounds), queries 192 / 512 / 1024 / 2048 / 4096 / 8192 / 16384 (three consumers' waves 0.24 / 0.73 / 1.45 / 2.7 /
+# 5.3 / 10.4 / 20.8), TFLOPS, two consumers paired against the former default (three): BF16 294 / 642 / 654 / 661 /
+# 653 / 655 / 648 against 190 / 454 / 510 / 577 / 631 / 669 / 686; FP8 341 / 859 / 872 / 865 / 874 / 875 / 880
+# against 256 / 679 / 686 / 870 / 870 / 915 / 950 (level from 2.7 waves to 5.3).
+FEW_WAVES = {False: 8, True: 2}
+FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
 # three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
@@ -129,12 +140,14 @@ FASTER = {
 
 
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,
-                  equal_lengths: bool = False) -> dict | None:
+                  equal_lengths: bool = False, launch: tuple[int, int, int] | None = None) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
     the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, and over at most
     SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those; attention without a causal mask over at most
-    SHORT_FULL_MAX_KEYS keys SHORT_FULL's."""
+    SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known: (sequences x heads, the longest sequence's
+    queries, the device's SMs); longer causal attention whose three consumers would fill fewer than FEW_WAVES[fp8]
+    waves of the SMs takes FEW_WAVES_SETTINGS."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
@@ -146,7 +159,15 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
         return {**settings, **SHORT_CAUSAL[(d, fp8)], **shortest}
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
         return {**settings, **SHORT_FULL.get((d, fp8), {})}
+    few_waves = launch is not None and three_consumer_waves(*launch) < FEW_WAVES[fp8]
+    if causal and few_waves and settings.get("consumers") == 3:
+        return dict(FEW_WAVES_SETTINGS)
     return settings
+
+
+def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) -> float:
+    """Waves of `sms` SMs that one CTA per work tile of three consumers (3 x WG_ROWS query rows) fills."""
+    return sequences_x_heads * -(-max_seqlen_q // (3 * WG_ROWS)) / sms
 
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
@@ -212,8 +233,7 @@ def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold
     (SPLITS_TAIL) and when `split` is off."""
     if (causal and not fold) or not split or (d, fp8) not in SPLITS_TAIL:
         return torch.empty(0, dtype=torch.uint8, device=device)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    size = cuda_build.load().fa3fp8_split_workspace_bytes(sms, block_m, d, int(fold))
+    size = cuda_build.load().fa3fp8_split_workspace_bytes(sm_count(device), block_m, d, int(fold))
     return torch.empty(size, dtype=torch.uint8, device=device)
 
 

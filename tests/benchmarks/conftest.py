@@ -28,6 +28,12 @@ def ab():
 
 
 @pytest.fixture(scope="module")
+def few():
+    """benchmarks/few_queries.py"""
+    return _load("few_queries")
+
+
+@pytest.fixture(scope="module")
 def quant():
     """benchmarks/quantize.py"""
     return _load("quantize")

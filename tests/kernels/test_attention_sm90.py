@@ -206,9 +206,11 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
 @needs_nvcc
 def test_default_settings_launch_variants_the_library_builds():
     # each default (best_settings for long and short sequences, the head dim's tiles, and cluster_for's pairs) gets as
-    # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel)
-    for (d, fp8, causal), keys in itertools.product(attention_sm90.FASTER, (None, 1024, 4096)):
-        settings = attention_sm90.best_settings(d, fp8, causal, keys)
+    # far as the tensor maps in the C entries (-1 on the misaligned q), never -2 (no such kernel); launches of one
+    # query per sequence and head fill a fraction of a wave (FEW_WAVES)
+    cases = itertools.product(attention_sm90.FASTER, (None, 1024, 4096, 65536), (None, (32, 1, 132)))
+    for (d, fp8, causal), keys, launch in cases:
+        settings = attention_sm90.best_settings(d, fp8, causal, keys, launch=launch)
         fold = int(settings.get("fold", False))
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         consumers = settings.get("consumers", 2)
@@ -310,6 +312,25 @@ def test_long_causal_16bit_d128_attention_takes_three_consumers_in_pairs():
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2
     assert attention_sm90.best_settings(128, False, True, limit) == {
         "loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
+
+
+def test_causal_attention_of_few_waves_takes_two_consumers():
+    # the 8B model's 32 heads on 132 SMs, 131072 keys: 1024 queries fill 1.45 waves of three consumers' tiles, 4096
+    # queries 5.3, 16384 queries 20.8; BF16 takes two consumers below 8 waves, FP8 below 2
+    few = attention_sm90.FEW_WAVES_SETTINGS
+    for fp8 in (False, True):
+        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 1, 132)) == few
+        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 1024, 132)) == few
+        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 16384, 132))["consumers"] == 3
+        assert attention_sm90.best_settings(128, fp8, True, 131072)["consumers"] == 3  # launch unknown
+        # without a mask the persistent launch splits its last round instead; folds are persistent too
+        assert attention_sm90.best_settings(128, fp8, False, 131072, launch=(32, 1, 132))["consumers"] == 3
+    assert attention_sm90.best_settings(128, False, True, 131072, launch=(32, 4096, 132)) == few
+    assert attention_sm90.best_settings(128, True, True, 131072, launch=(32, 4096, 132))["consumers"] == 3
+    assert attention_sm90.best_settings(128, True, True, 4096, launch=(32, 1, 132))["fold"]
+    assert attention_sm90.best_settings(256, False, True, 131072, launch=(8, 1, 132)) == {}  # two consumers already
+    assert attention_sm90.three_consumer_waves(32, 192, 132) == 32 / 132
+    assert attention_sm90.three_consumer_waves(32, 193, 132) == 64 / 132
 
 
 def test_equal_length_fp8_d128_causal_attention_takes_folds_to_16k():

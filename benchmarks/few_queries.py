@@ -1,0 +1,149 @@
+"""Causal attention of a few queries over a long context on one GPU: the CUDA kernel with two and three consumer
+warpgroups, alone and in pairs of CTAs, and the public API's choice, beside SDPA with a bottom-right causal mask.
+
+    python benchmarks/few_queries.py [--queries 1,64,128,192,256,512,1024] [--keys 32768,131072] [--out DIR]
+
+Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128), one sequence whose last `queries` tokens attend
+to all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
+take 192 query rows per CTA, two take 128: with few queries the launch has few CTAs (one per 128 or 192 rows and
+head), and how many waves of the SMs they fill is what the choice turns on (attention_sm90.FEW_WAVES).
+TFLOPS = 4 · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t; rounds interleaved, rows give
+the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import attention as bench  # noqa: E402
+import fa3fp8  # noqa: E402
+from fa3fp8.reference import attention_reference  # noqa: E402
+from fa3fp8.testing import random_qkv, rmse  # noqa: E402
+
+HEADS, KV_HEADS, D = 32, 8, 128
+# fp8 -> the CUDA launcher's settings timed: two and three consumers, alone and in pairs of CTAs (causal 16-bit pairs
+# of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones)
+SETTINGS = {
+    False: {"two": {"loop": "overlap", "consumers": 2, "block_n": 128, "cluster": 1},
+            "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
+            "three": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 1},
+            "three-pairs": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2}},
+    True: {"two": {"loop": "overlap", "consumers": 2, "cluster": 1},
+           "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
+           "three": {"loop": "serial", "consumers": 3, "cluster": 1},
+           "three-pairs": {"loop": "serial", "consumers": 3, "cluster": 2}},
+}
+
+
+def causal_flops(queries, keys, heads=HEADS, d=D):
+    """Forward FLOPs of bottom-right causal attention: query i of `queries` sees keys - queries + i + 1 keys."""
+    return 4 * heads * d * (queries * (keys - queries) + queries * (queries + 1) / 2)
+
+
+def sdpa_lower_right(q, k, v):
+    """SDPA with a bottom-right causal mask (torch.nn.attention.bias), K/V heads repeated for GQA."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    groups = q.shape[2] // k.shape[2]
+    qt = q.transpose(1, 2).contiguous()
+    kt, vt = (x.repeat_interleave(groups, dim=2).transpose(1, 2).contiguous() for x in (k, v))
+    mask = causal_lower_right(q.shape[1], k.shape[1])
+    return lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
+
+
+def runners(fp8, q, k, v, bundles):
+    """{name: closure} for one dtype: the API's default, each of SETTINGS, and (BF16) SDPA; FP8 on bundles["cuda"],
+    quantize_qkv's bundle of q, k, v for the CUDA kernel."""
+    if fp8:
+        api = lambda: fa3fp8.flash_attn_fp8_func(bundles["cuda"], causal=True)  # noqa: E731
+    else:
+        api = lambda: fa3fp8.flash_attn_func(q, k, v, causal=True)  # noqa: E731
+    named = {"fa3fp8": api}
+    for name, extra in SETTINGS[fp8].items():
+        named[f"cuda-{name}"] = bench.settings_runner(extra, fp8, q, k, v, bundles, True)
+    if not fp8:
+        named["sdpa-lower-right"] = sdpa_lower_right(q, k, v)
+    return named
+
+
+def check(fp8):
+    """Every runner against the fp64 reference on a small case (12 queries over 3000 keys)."""
+    q, k, v = random_qkv(1, 12, 3000, HEADS, KV_HEADS, D, torch.bfloat16, "cuda", seed=5)
+    bundles = {"cuda": fa3fp8.quantize_qkv(q, k, v)} if fp8 else None
+    ref = attention_reference(q, k, v, causal=True, compute_dtype=torch.float64)[0]
+    bound = 0.1 if fp8 else 0.01
+    for name, fn in runners(fp8, q, k, v, bundles).items():
+        err = rmse(fn().view(ref.shape), ref) / ref.float().pow(2).mean().sqrt().item()
+        if not err < bound:
+            raise SystemExit(f"{name} ({'fp8' if fp8 else 'bf16'}): relative RMSE {err:.2e} against fp64")
+
+
+def plot(rows, path):
+    """TFLOPS against the query count, one panel per (dtype, keys)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["dtype"], r["keys"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (dtype, keys) in zip(axes[0], panels):
+        for impl in sorted({r["impl"] for r in rows if r["dtype"] == dtype}):
+            pts = sorted((r["queries"], r["tflops"]) for r in rows
+                         if (r["dtype"], r["keys"], r["impl"]) == (dtype, keys, impl))
+            ax.plot(*zip(*pts), marker="o", label=impl)
+        ax.set(xscale="log", xlabel="queries", ylabel="TFLOPS", title=f"{dtype}, {keys} keys")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    parser.add_argument("--queries", type=ints, default=[1, 64, 128, 192, 256, 512, 1024])
+    parser.add_argument("--keys", type=ints, default=[32768, 131072])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    args = parser.parse_args()
+    gpu = torch.cuda.get_device_name()
+    rows = []
+    for fp8 in (False, True):
+        dtype = "fp8" if fp8 else "bf16"
+        check(fp8)
+        for keys in args.keys:
+            for queries in args.queries:
+                q, k, v = random_qkv(1, queries, keys, HEADS, KV_HEADS, D, torch.bfloat16, "cuda", seed=queries)
+                bundles = {"cuda": fa3fp8.quantize_qkv(q, k, v)} if fp8 else None
+                named = runners(fp8, q, k, v, bundles)
+                runs = {name: [] for name in named}
+                for _ in range(args.rounds):
+                    for name, fn in named.items():
+                        runs[name].append(causal_flops(queries, keys) / bench.timed(fn) / 1e9)
+                line = []
+                for name, tflops in runs.items():
+                    median = sorted(tflops)[len(tflops) // 2]
+                    rows.append(dict(impl=name, dtype=dtype, queries=queries, keys=keys, tflops=round(median, 2),
+                                     runs=[round(t, 2) for t in tflops]))
+                    line.append(f"{name} {median:7.2f}")
+                print(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  " + "  ".join(line), flush=True)
+                del q, k, v, bundles
+                torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"few-queries-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "heads": HEADS,
+                                                  "kv_heads": KV_HEADS, "d": D, "rows": rows}, indent=1))
+    plot(rows, out / f"{stem}.png")
+    print(f"wrote {out / stem}.json")
+
+
+if __name__ == "__main__":
+    main()

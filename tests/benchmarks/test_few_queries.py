@@ -1,0 +1,33 @@
+"""benchmarks/few_queries.py, the parts that run without a GPU: its FLOP count and the settings it times."""
+
+import pytest
+import torch
+
+from fa3fp8 import attention_sm90
+
+
+@pytest.mark.parametrize("queries,keys", [(1, 1), (1, 300), (64, 300), (300, 300), (192, 4096)])
+def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, keys):
+    visible = torch.ones(queries, keys).tril(diagonal=keys - queries).sum().item()
+    assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible
+
+
+def test_settings_are_two_and_three_consumers_alone_and_paired(few):
+    for fp8, named in few.SETTINGS.items():
+        assert set(named) == {"two", "two-pairs", "three", "three-pairs"}
+        for name, extra in named.items():
+            assert extra["consumers"] == (3 if name.startswith("three") else 2)
+            assert extra["cluster"] == (2 if name.endswith("pairs") else 1)
+            block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
+            if extra["cluster"] == 2:  # pairs exist for these settings, causal
+                assert attention_sm90.cluster_for(128, fp8, extra["loop"], extra["consumers"], block_n,
+                                                  causal=True) == 2, (fp8, name)
+    # what the API takes for few waves is among them
+    assert attention_sm90.FEW_WAVES_SETTINGS.items() <= few.SETTINGS[False]["two-pairs"].items()
+
+
+def test_plot_writes_a_png(few, tmp_path):
+    rows = [dict(impl=impl, dtype=dtype, queries=q, keys=4096, tflops=float(q))
+            for impl in ("fa3fp8", "cuda-two") for dtype in ("bf16", "fp8") for q in (1, 64, 512)]
+    few.plot(rows, tmp_path / "few.png")
+    assert (tmp_path / "few.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
