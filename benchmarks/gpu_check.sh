@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
-#   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [decode] [e2e]
+#   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
+#                                [e2e]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
 # peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
@@ -42,6 +43,9 @@ fi
 if [[ "$steps" == *" bench "* ]]; then
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
     python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+fi
+if [[ "$steps" == *" few "* ]]; then  # a few queries over a long context: two and three consumers, SDPA
+    python3 benchmarks/few_queries.py --out "$OUT" 2>&1 | tee "$OUT/few-queries.log" | tail -30 || status=1
 fi
 if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows and the 128K summarize job
     DOCFLASH_EMBED_MODEL_PATH="$PWD/.tools/minilm" timeout 560 python3 benchmarks/e2e.py --tokenizer .tools/minilm \
