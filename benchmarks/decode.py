@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 
 import fa3fp8  # noqa: E402
 from fa3fp8.decode import TILES, WAVES, decode_fwd, split_plan  # noqa: E402
+from fa3fp8.gpu import sm_count  # noqa: E402
 from fa3fp8.testing import host_ms  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
@@ -78,8 +79,7 @@ def bench(caches, queries, rows, table):
         err_matmul = rel_err(runners["matmul"]()[:, 0], reference)
         times = {impl: timed(fn) for impl, fn in runners.items()}
         host = host_ms(runners["fa3fp8"], calls=50)
-        splits, chunk = split_plan(batch * KV_HEADS, context, TILES[D][0],
-                                   torch.cuda.get_device_properties(0).multi_processor_count)
+        splits, chunk = split_plan(batch * KV_HEADS, context, TILES[D][0], sm_count(torch.device("cuda", 0)))
         for impl, ms in times.items():
             row = dict(impl=impl, batch=batch, context=context, ms=round(ms, 4),
                        kv_gbps=round(kv_gbps(batch, context, ms), 1))
@@ -98,7 +98,7 @@ def bench(caches, queries, rows, table):
 def sweep(caches, queries, results, table):
     """Tile configs at the default split count, then split counts around the default for the fastest tile."""
     context = CONTEXTS[-1]
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = sm_count(torch.device("cuda", 0))
     for batch in BATCHES:
         k_buf, v_buf = caches[batch]
         kt, vt, q = k_buf[:, :context], v_buf[:, :context], queries[batch]

@@ -58,9 +58,10 @@ def sdpa_lower_right(q, k, v):
     return lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
 
 
-def runners(fp8, q, k, v, bundles):
-    """{name: closure} for one dtype: the API's default, each of SETTINGS, and (BF16) SDPA; FP8 on bundles["cuda"],
-    quantize_qkv's bundle of q, k, v for the CUDA kernel."""
+def runners(fp8, q, k, v):
+    """{name: closure} for one dtype: the API's default, each of SETTINGS, and (BF16) SDPA; FP8 on quantize_qkv's
+    bundle of q, k, v, quantized here (for the CUDA kernel, V key-permuted)."""
+    bundles = {"cuda": fa3fp8.quantize_qkv(q, k, v)} if fp8 else None
     if fp8:
         api = lambda: fa3fp8.flash_attn_fp8_func(bundles["cuda"], causal=True)  # noqa: E731
     else:
@@ -76,10 +77,9 @@ def runners(fp8, q, k, v, bundles):
 def check(fp8):
     """Every runner against the fp64 reference on a small case (12 queries over 3000 keys)."""
     q, k, v = random_qkv(1, 12, 3000, HEADS, KV_HEADS, D, torch.bfloat16, "cuda", seed=5)
-    bundles = {"cuda": fa3fp8.quantize_qkv(q, k, v)} if fp8 else None
     ref = attention_reference(q, k, v, causal=True, compute_dtype=torch.float64)[0]
     bound = 0.1 if fp8 else 0.01
-    for name, fn in runners(fp8, q, k, v, bundles).items():
+    for name, fn in runners(fp8, q, k, v).items():
         err = rmse(fn().view(ref.shape), ref) / ref.float().pow(2).mean().sqrt().item()
         if not err < bound:
             raise SystemExit(f"{name} ({'fp8' if fp8 else 'bf16'}): relative RMSE {err:.2e} against fp64")
@@ -121,8 +121,7 @@ def main():
         for keys in args.keys:
             for queries in args.queries:
                 q, k, v = random_qkv(1, queries, keys, HEADS, KV_HEADS, D, torch.bfloat16, "cuda", seed=queries)
-                bundles = {"cuda": fa3fp8.quantize_qkv(q, k, v)} if fp8 else None
-                named = runners(fp8, q, k, v, bundles)
+                named = runners(fp8, q, k, v)
                 runs = {name: [] for name in named}
                 for _ in range(args.rounds):
                     for name, fn in named.items():
@@ -134,7 +133,7 @@ def main():
                                      runs=[round(t, 2) for t in tflops]))
                     line.append(f"{name} {median:7.2f}")
                 print(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  " + "  ".join(line), flush=True)
-                del q, k, v, bundles
+                del q, k, v, named
                 torch.cuda.empty_cache()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
