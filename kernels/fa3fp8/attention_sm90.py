@@ -11,7 +11,8 @@ tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quan
 blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
 take packed Q, K, V as they are. A persistent launch (no causal mask, or folds of sequences of one length) whose last
 round would leave CTAs idle splits that round's work tiles along the keys over every CTA and merges the parts in a
-second kernel (`split`; SPLITS_TAIL).
+second kernel (`split`; SPLITS_TAIL); so does a causal launch of fewer work tiles than SMs (a few queries over a long
+context: a chunked prefill's last chunk, draft tokens), all of its work tiles.
 """
 
 import torch
@@ -74,14 +75,24 @@ SHORT_FULL_MAX_KEYS = 2048
 SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # Causal attention beyond the folds runs one CTA per work tile. Where three consumers' tiles (192 rows of one sequence
 # and head) would fill fewer than FEW_WAVES[fp8] waves of the SMs (a chunked prefill's short last chunk, a few draft
-# tokens over a long context), two consumers' 128-row tiles, 1.5x the CTAs, paired on the default tiles, finish
-# sooner. H200, session 25, `benchmarks/few_queries.py` (32 / 8 heads, d128, one sequence, 131072 keys, medians of 3
-# rounds), queries 192 / 512 / 1024 / 2048 / 4096 / 8192 / 16384 (three consumers' waves 0.24 / 0.73 / 1.45 / 2.7 /
-# 5.3 / 10.4 / 20.8), TFLOPS, two consumers paired against the former default (three): BF16 294 / 642 / 654 / 661 /
+# tokens over a long context), few_waves_time picks between them and two consumers' 128-row tiles, 1.5x the CTAs,
+# paired on the default tiles (FEW_WAVES_SETTINGS); a launch of fewer work tiles than SMs is split along the keys
+# (csrc/attn_sm90.cuh's split_parts), so the rows that a CTA computes, not its waves, are what the choice turns on.
+# H200, session 25, `benchmarks/few_queries.py` (32 / 8 heads, d128, one sequence, 131072 keys, medians of 3
+# rounds), before the split, queries 192 / 512 / 1024 / 2048 / 4096 / 8192 / 16384 (three consumers' waves 0.24 /
+# 0.73 / 1.45 / 2.7 / 5.3 / 10.4 / 20.8), TFLOPS, two consumers paired against three: BF16 294 / 642 / 654 / 661 /
 # 653 / 655 / 648 against 190 / 454 / 510 / 577 / 631 / 669 / 686; FP8 341 / 859 / 872 / 865 / 874 / 875 / 880
-# against 256 / 679 / 686 / 870 / 870 / 915 / 950 (level from 2.7 waves to 5.3).
+# against 256 / 679 / 686 / 870 / 870 / 915 / 950. Session 26, with the split, the public API at 1 / 64 / 128 / 192 /
+# 256 / 384 / 512 / 768 / 1024 queries (three consumers modeled faster at 192, 384 and 768): BF16 5.5 / 329 / 609 /
+# 639 / 636 / 657 / 646 / 689 / 647, FP8 6.8 / 432 / 821 / 897 / 855 / 910 / 857 / 949 / 882, each 0.98-1.10x the
+# faster of two and three consumers timed beside it, against two consumers unsplit 1.5 / 99 / 197 / 294 / 391 / 537 /
+# 635 / 555 / 649 (BF16) and SDPA with a lower-right mask 3.9 / 236 / 283 / 279 / 296 / 300 / 293 / 271 / 339.
 FEW_WAVES = {False: 8, True: 2}
 FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
+# Per-row speed of three consumers in order over two overlapped on work tiles whose rows all count, causal, one CTA
+# per work tile over long keys (H200, session 25, 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 /
+# 880): few_waves_time's weight.
+THREE_CONSUMER_SPEED = 1.06
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
 # three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
@@ -102,9 +113,9 @@ CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # mask, 5 rounds: S2K (11 blocks of 192 rows) alone 751 TFLOPS against paired 704; S1K (6 blocks) 618 / 611 and S4K
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
-# (head dim, fp8) whose kernels without a causal mask may split a last round along the keys (`split`; csrc/
-# attn_sm90.cuh's splits_tail and plan_split): BF16/FP16 d256 does not (its kernel ran 11-13% slower with the split's
-# code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12, TFLOPS,
+# (head dim, fp8) whose kernels may split their work along the keys (`split`; csrc/attn_sm90.cuh's splits_tail and
+# plan_split): BF16/FP16 d256 does not (its kernel without a causal mask ran 11-13% slower with the split's code in it;
+# session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12, TFLOPS,
 # S 4K / 16K / 64K, this build against session 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671
 # against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242
 # against 1192 / 1218 at 16K / 64K.
@@ -161,8 +172,30 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
         return {**settings, **SHORT_FULL.get((d, fp8), {})}
     few_waves = launch is not None and three_consumer_waves(*launch) < FEW_WAVES[fp8]
     if causal and few_waves and settings.get("consumers") == 3:
-        return dict(FEW_WAVES_SETTINGS)
+        return dict(min((settings, FEW_WAVES_SETTINGS),
+                        key=lambda choice: few_waves_time(choice, d, fp8, launch, max_seqlen_k)))
     return settings
+
+
+def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, int], max_seqlen_k: int) -> float:
+    """Modeled time of a causal launch of one CTA per work tile with these settings, where its work tiles are about
+    equally long (a few queries over a long context; `launch` as in best_settings), in query rows that a CTA computes
+    over all the keys: its work tile's rows over the parts that the kernel splits each into (split_parts; fewer work
+    tiles than SMs), or times the rounds of the SMs that they fill; three consumers are THREE_CONSUMER_SPEED times as
+    fast per row."""
+    sequences_x_heads, max_seqlen_q, sms = launch
+    consumers = settings.get("consumers", 2)
+    block_m = WG_ROWS * consumers
+    block_n = settings.get("block_n") or (FP8_BLOCK_N[0] if fp8 else BLOCK_N_16BIT[d][0])
+    loop = settings.get("loop", LOOP[(d, fp8)])
+    cluster = cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q, causal=True)
+    tiles = sequences_x_heads * -(-max_seqlen_q // (block_m * cluster)) * cluster
+    if tiles >= sms:
+        rounds = -(-tiles // sms)
+    else:  # without the library no CUDA kernel runs, and any answer serves
+        split_parts = cuda_build.load().fa3fp8_split_parts if cuda_build.available() else lambda *_: 0
+        rounds = 1 / max(split_parts(tiles // cluster, sms // cluster, -(-max_seqlen_k // block_n)), 1)
+    return block_m * rounds / (THREE_CONSUMER_SPEED if consumers == 3 else 1.0)
 
 
 def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) -> float:
@@ -226,12 +259,11 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
-def _split_workspace(device, d: int, fp8: bool, block_m: int, causal: bool, fold: bool, split: bool) -> torch.Tensor:
-    """The workspace where a persistent launch (no causal mask, or folds) may split its last round along the keys
-    (csrc/attn_sm90.cuh, plan_split), as many bytes as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty
-    (a null pointer: never split) for causal launches of one CTA per work tile, kernels that do not split
-    (SPLITS_TAIL) and when `split` is off."""
-    if (causal and not fold) or not split or (d, fp8) not in SPLITS_TAIL:
+def _split_workspace(device, d: int, fp8: bool, block_m: int, fold: bool, split: bool) -> torch.Tensor:
+    """The workspace where a launch may split its work along the keys (csrc/attn_sm90.cuh, plan_split), as many bytes
+    as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty (a null pointer: never split) for kernels that
+    do not split (SPLITS_TAIL) and when `split` is off."""
+    if not split or (d, fp8) not in SPLITS_TAIL:
         return torch.empty(0, dtype=torch.uint8, device=device)
     size = cuda_build.load().fa3fp8_split_workspace_bytes(sm_count(device), block_m, d, int(fold))
     return torch.empty(size, dtype=torch.uint8, device=device)
@@ -262,7 +294,8 @@ def attention_fp8_fwd_sm90(
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
     (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
-    idle along the keys and merge the parts; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
+    idle along the keys and merge the parts, and in a causal launch of fewer work tiles than SMs all of them;
+    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     loop = LOOP[(d, True)] if loop is None else loop
@@ -274,7 +307,7 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, causal, fold, split)
+    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
@@ -306,7 +339,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, causal, fold, split)
+    workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,

@@ -121,6 +121,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_split_workspace_bytes.argtypes = [i] * 4
     lib.fa3fp8_split_units.restype = i
     lib.fa3fp8_split_units.argtypes = [i] * 4
+    lib.fa3fp8_split_parts.restype = i
+    lib.fa3fp8_split_parts.argtypes = [i] * 3
     lib.fa3fp8_tail_segments.restype = None
     lib.fa3fp8_tail_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     lib.fa3fp8_fold_segments.restype = None

@@ -5,6 +5,7 @@ on packed varlen, GQA, bottom-right causal and ragged-tile cases: the FP8 kernel
 on the same quantized bundle, the BF16/FP16 kernel against fp64 by FlashAttention-3's error rule."""
 
 import ctypes
+import functools
 import itertools
 import random
 import re
@@ -67,11 +68,12 @@ def test_builds_every_variant(ptxas_report):
     # and causal folds: d128, 128-key tiles)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
     assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5
-    # the tail split's merge: one per (head dim, rows, keys per tile, cluster, fold) of the persistent launches that
-    # split (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row,
-    # 128-key one is FP8's too; folds FP8 3, BF16/FP16 d128 on FP8 d128's), x output dtype
+    # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
+    # (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
+    # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
+    # d128 on FP8 d128's), x output dtype
     merges = [name for name in ptxas_report if "merge_segments" in name]
-    assert len(merges) == (9 + 3) * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert len(merges) == (9 + 9 + 3) * 2 and len(merges) + len(kernels) == len(ptxas_report)
     # the Python launcher allocates a workspace for exactly these: (head dim, fp8) -> a merge only its tiles have
     only_theirs = {(128, False): "Li128ELi128ELi176E", (256, False): "Li256ELi128ELi80E",
                    (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E"}
@@ -314,13 +316,15 @@ def test_long_causal_16bit_d128_attention_takes_three_consumers_in_pairs():
         "loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
 
 
-def test_causal_attention_of_few_waves_takes_two_consumers():
+def test_causal_attention_of_few_waves_takes_the_consumers_of_the_shorter_modeled_time():
     # the 8B model's 32 heads on 132 SMs, 131072 keys: 1024 queries fill 1.45 waves of three consumers' tiles, 4096
-    # queries 5.3, 16384 queries 20.8; BF16 takes two consumers below 8 waves, FP8 below 2
+    # queries 5.3, 16384 queries 20.8; below 8 waves (BF16) or 2 (FP8) few_waves_time picks the consumers
     few = attention_sm90.FEW_WAVES_SETTINGS
     for fp8 in (False, True):
-        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 1, 132)) == few
-        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 1024, 132)) == few
+        three = attention_sm90.FASTER[(128, fp8, True)]
+        for queries, settings in [(1, few), (128, few), (192, three), (256, few), (384, three), (512, few),
+                                  (768, three), (1024, few)]:
+            assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, queries, 132)) == settings, queries
         assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 16384, 132))["consumers"] == 3
         assert attention_sm90.best_settings(128, fp8, True, 131072)["consumers"] == 3  # launch unknown
         # without a mask the persistent launch splits its last round instead; folds are persistent too
@@ -331,6 +335,25 @@ def test_causal_attention_of_few_waves_takes_two_consumers():
     assert attention_sm90.best_settings(256, False, True, 131072, launch=(8, 1, 132)) == {}  # two consumers already
     assert attention_sm90.three_consumer_waves(32, 192, 132) == 32 / 132
     assert attention_sm90.three_consumer_waves(32, 193, 132) == 64 / 132
+
+
+@needs_nvcc
+def test_few_waves_time_counts_the_rows_a_cta_computes_over_all_keys():
+    time = functools.partial(attention_sm90.few_waves_time, d=128, fp8=True, max_seqlen_k=131072)
+    two, three = attention_sm90.FEW_WAVES_SETTINGS, attention_sm90.FASTER[(128, True, True)]
+    speed = attention_sm90.THREE_CONSUMER_SPEED
+    # one query per head: 32 work tiles of 128 or 192 rows, each split in 4 parts (128 of 132 CTAs)
+    assert time(two, launch=(32, 1, 132)) == 128 / 4
+    assert time(three, launch=(32, 1, 132)) == 192 / 4 / speed
+    # 192 queries: two consumers' 2 row blocks run in pairs, 32 pairs in 2 parts each; three consumers' one in 4
+    assert time(two, launch=(32, 192, 132)) == 128 / 2
+    assert time(three, launch=(32, 192, 132)) == 192 / 4 / speed
+    # 1024 queries: 256 work tiles fill 2 rounds of 132, 192 of three consumers also 2
+    assert time(two, launch=(32, 1024, 132)) == 128 * 2
+    assert time(three, launch=(32, 1024, 132)) == 192 * 2 / speed
+    # short keys: parts that would save too little are not made
+    assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=2048) == 128 / 4
+    assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=1024) == 128
 
 
 def test_equal_length_fp8_d128_causal_attention_takes_folds_to_16k():
@@ -451,6 +474,18 @@ def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
 
 
 @needs_nvcc
+def test_split_parts_cut_a_causal_launch_of_few_units_into_as_many_equal_parts_as_fit_one_round():
+    split_parts = cuda_build.load().fa3fp8_split_parts
+    assert split_parts(32, 132, 745) == 4  # one query, 32 heads over 131072 keys: 128 of 132 CTAs
+    assert split_parts(32, 66, 1024) == 2  # 256 queries, two row blocks of each head in pairs
+    assert split_parts(64, 66, 1024) == 0  # 512 queries in pairs: one part each already fills 64 of 66 pairs
+    assert split_parts(133, 132, 1024) == 0  # more than a round
+    assert split_parts(0, 132, 1024) == 0
+    assert split_parts(16, 132, 9) == 0  # 8 parts of 2 of 9 key tiles save 7 ...
+    assert split_parts(16, 132, 10) == 8  # ... of 10, 8: worth it from SPLIT_MIN_SAVING on
+    assert split_parts(40, 132, 15) == 3 and split_parts(40, 132, 11) == 0  # 5 of 15 saves 10, 4 of 11 saves 7
+
+
 def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta_four_with_folds():
     # what attention_sm90._split_workspace allocates and plan_split requires: fp32 O (rows x d) and lse (rows)
     workspace_bytes = cuda_build.load().fa3fp8_split_workspace_bytes
@@ -568,6 +603,10 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([1000], [5000], 16, 2, 128, True),
     ([3000], [1900], 16, 4, 128, True),
     ([2500], [2500], 8, 8, 256, True),
+    # causal, fewer work tiles than SMs: every work tile split along the keys, the diagonal's segments (bottom-right)
+    # past some rows' last keys
+    ([37, 200], [9000, 5000], 8, 2, 128, True),
+    ([100], [7000], 6, 3, 256, True),
 ]
 
 
@@ -721,13 +760,18 @@ def test_row_max_that_jumps_far_from_tile_to_tile(fp8, settings, causal):
                           ([3000, 3000], [3000, 3000], 12, 4, True, {"fold": True, "block_n": 128}),
                           ([2048], [6000], 9, 3, False, {"loop": "serial", "consumers": 3, "block_n": 128}),
                           ([6000], [6000], 12, 4, True,
-                           {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True})],
-                         ids=["pairs", "folds", "three-consumers", "three-consumers-folds"])
+                           {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True}),
+                          ([100, 40], [20000, 9000], 16, 2, True, {}),
+                          ([300, 40], [20000, 9000], 16, 2, True,
+                           {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2})],
+                         ids=["pairs", "folds", "three-consumers", "three-consumers-folds", "causal",
+                              "causal-three-consumers-pairs"])
 def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads, causal, settings):
     # BF16 d128: more work tiles (pairs: 9 heads of 16 row blocks; folds: 2 x 12 heads of 12 folds, with three
     # consumers 12 heads of 16 folds of 192 rows) than SMs, the last round a few, or (three consumers: 9 heads of 11
-    # row blocks of 192, one CTA each) fewer; split along the keys and merged, the output moves by rounding only (and
-    # does move: the split ran)
+    # row blocks of 192, one CTA each) fewer; causal, one CTA per work tile, fewer than SMs: 2 x 16 heads of a row
+    # block of 128, each cut into 4 parts (three consumers in pairs: a pair of blocks of 192, 2 parts) of up to 20000
+    # keys. Split along the keys and merged, the output moves by rounding only (and does move: the split ran)
     d = 128
     gen = torch.Generator(device="cuda").manual_seed(d)
     q, cu_q = _packed(lens_q, heads, d, gen)

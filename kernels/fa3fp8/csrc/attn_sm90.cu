@@ -198,9 +198,14 @@ int fa3fp8_split_units(int units, int shares, int key_tiles, int fold) {
   return split_units(units, shares, key_tiles, fold ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING);
 }
 
+// A causal launch's split, for tests without a GPU: split_parts of `units` units on `shares` CTAs (pairs)
+int fa3fp8_split_parts(int units, int shares, int key_tiles) {
+  return split_parts(units, shares, key_tiles, SPLIT_MIN_SAVING);
+}
+
 void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* unit, int* begin, int* end,
                           int* first, int* last) {
-  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0};
+  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0, 0};
   const int shares = grid / cluster;
   for (int i = 0; i < 2 * shares; ++i) {
     const bool some = cluster == 2 ? tail_segment<2>(split, i % shares, i / shares, unit[i], begin[i], end[i])
@@ -221,7 +226,7 @@ void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* 
 // merge_segments reads for work tile i, slots[i x grid ..] (n_slots[i] of them).
 void fa3fp8_fold_segments(int units, int key_tiles, int grid, const int* n_long, const int* n_short, int* tile,
                           int* begin, int* end, int* slots, int* n_slots) {
-  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0};
+  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0, 0};
   for (int x = 0; x < segments_per_cta(true) * grid; ++x) {
     int unit, b, e;
     const int piece = x % 2;

@@ -8,8 +8,9 @@
 // while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
 // and first K/V tiles while the consumers finish the current one. A persistent launch's last round that would leave
-// CTAs idle (no causal mask, or causal folds of equal-length sequences) is split along the keys over all of them,
-// and merge_segments combines the parts (TailSplit).
+// CTAs idle (no causal mask, or causal folds of equal-length sequences), and a causal launch of fewer work tiles
+// than CTAs fit at once (a few queries over a long context), is split along the keys over all of them, and
+// merge_segments combines the parts (TailSplit).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
@@ -88,11 +89,12 @@ struct Params {
   int work_tiles;
 };
 
-// Tail split (persistent launches, see plan_split): the work tiles from `from` on, `units` work units (a CTA's work
-// tile, a pair's two, or a fold's two) that would leave CTAs idle in a last round, are cut along their key_tiles
-// key tiles (a fold: its two work tiles' key tiles in turn, at most key_tiles) into segments, the parts that each
-// of the `grid` CTAs takes of their units x key_tiles tile iterations; a segment's normalized O and lse go to o /
-// lse, and merge_segments combines them. from = the launch's work_tiles: nothing is split.
+// Tail split (see plan_split): the work tiles from `from` on, `units` work units (a CTA's work tile, a pair's two, or
+// a fold's two) that would leave CTAs idle in a last round, are cut along their key_tiles key tiles (a fold: its two
+// work tiles' key tiles in turn, at most key_tiles) into segments, the parts that each of the `grid` CTAs takes of
+// their units x key_tiles tile iterations; a segment's normalized O and lse go to o / lse, and merge_segments
+// combines them. from = the launch's work_tiles: nothing is split. A causal launch of one CTA per work tile instead
+// cuts each unit's key tiles into `parts` segments of equal length (from = 0, grid = units x parts CTAs).
 struct TailSplit {
   float* o;
   float* lse;
@@ -100,12 +102,13 @@ struct TailSplit {
   int units;
   int key_tiles;
   int grid;
-  int items;  // work items of a CTA's loop: the work tiles before `from`, then 2 x grid segments
+  int items;  // work items of a CTA's loop: the work tiles before `from`, then 2 x grid segments (causal: grid)
+  int parts;
 };
 
 // A launch of `work_tiles` work tiles that splits nothing
 __host__ __device__ constexpr TailSplit unsplit(int work_tiles) {
-  return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles};
+  return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles, 0};
 }
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
@@ -653,18 +656,19 @@ __host__ __device__ constexpr int staged_o_bytes() {
   return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
-// Kernels that may split their last round (TailSplit): the persistent ones (no causal mask, or folds), except
-// BF16/FP16 at d256, whose kernel ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session
-// 20): ptxas then schedules its loop differently, with ~50 more register moves per tile.
-template <class E, int D, bool CAUSAL, bool FOLD>
+// Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
+// causal mask ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session 20): ptxas then
+// schedules its loop differently, with ~50 more register moves per tile.
+template <class E, int D>
 __host__ __device__ constexpr bool splits_tail() {
-  return (!CAUSAL || FOLD) && (E::FP8 || D == 128);
+  return E::FP8 || D == 128;
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
 // cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair (folds:
-// fold_item's segment of the share). False when the item has no rows (varlen) or the share no segment `seg` (folds:
-// no keys of that piece).
+// fold_item's segment of the share; causal launches of one CTA per work tile: part x / CLUSTER % parts of unit
+// x / CLUSTER / parts, so that the CTAs on heads that share K/V read the same keys at once). False when the item has
+// no rows (varlen) or the share no segment `seg` (folds: no keys of that piece).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
 __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
   if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
@@ -679,6 +683,12 @@ __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& spli
     if ((piece == 0 ? !rows : !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold + 1, t)) ||
         !fold_piece(begin, end, piece, n_long, t.n_tiles, begin, end))
       return false;
+  } else if constexpr (CAUSAL) {
+    const int part = x / CLUSTER % split.parts;
+    unit = x / CLUSTER / split.parts;
+    if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + unit * CLUSTER + x % CLUSTER, t))
+      return false;
+    begin = part * t.n_tiles / split.parts, end = (part + 1) * t.n_tiles / split.parts;
   } else {
     const int cta = x % split.grid;
     if (!tail_segment<CLUSTER>(split, cta / CLUSTER, x / split.grid, unit, begin, end) ||
@@ -728,7 +738,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
-  constexpr bool SPLIT = splits_tail<E, D, CAUSAL, FOLD>();
+  constexpr bool SPLIT = splits_tail<E, D>();
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
@@ -1090,18 +1100,18 @@ __host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int
 }
 
 // The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
-// workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold); each row's O is then its
+// workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold; causal: its parts); each row's O is then its
 // segments' O weighted by exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns
 // of each segment. A tile no segment covers (no keys) gets zeros and lse = -inf.
-template <int D, int BLOCK_M, int BLOCK_N, int CLUSTER, bool FOLD, typename OutT>
+template <int D, int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, typename OutT>
 __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p, const TailSplit split) {
   constexpr int COLS = D / 32;
   constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
-  WorkTile t;  // splits are of launches without a causal mask, or of causal folds
-  if (!tile_at<BLOCK_M, BLOCK_N, FOLD, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
+  WorkTile t;
+  if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
       t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
     return;
   if (threadIdx.x < 32) {
@@ -1111,13 +1121,15 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
       if (rank == 1)
         n_long = tile_at<BLOCK_M, BLOCK_N, true, 1, true>(p, split.from + 2 * unit, long_tile) ? long_tile.n_tiles : 0;
     }
-    int first, last, count = 0;
-    unit_shares<CLUSTER>(split, unit, first, last);
+    int first = 0, last = split.parts - 1, count = 0;
+    if constexpr (!CAUSAL || FOLD) unit_shares<CLUSTER>(split, unit, first, last);
     for (int base = first; base <= last; base += 32) {
       const int c = base + lane;
-      int slot = -1;  // the segment of share c on this work tile, if any
+      int slot = -1;  // the segment of share (causal: part) c on this work tile, if any
       if constexpr (FOLD) {
         if (c <= last) slot = fold_slot(split, c, unit, rank, n_long, t.n_tiles);
+      } else if constexpr (CAUSAL) {
+        if (c <= last) slot = (unit * split.parts + c) * CLUSTER + rank;
       } else {
         int u, begin, end;
         if (c <= last && tail_segment<CLUSTER>(split, c, 0, u, begin, end) && u == unit)
@@ -1252,25 +1264,46 @@ int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
   return most;
 }
 
-// The tail split of a persistent launch of `work_tiles` work tiles on `ctas` CTAs, where split_units finds one and
-// the workspace holds it; else nothing split. Folds split only when every sequence has the longest one's lengths
-// (total = batch x longest, of queries and of keys): their iterations are then bounded by fold_key_tiles.
-template <int BLOCK_M, int BLOCK_N, int D, int CLUSTER, bool FOLD>
+// Parts into which a causal launch of `units` work units (a CTA's work tile or a pair's two) on `shares` resident
+// CTAs (pairs) cuts each unit's keys, at most key_tiles key tiles, or 0: as many as fit in one round, where that
+// takes min_saving key tiles off the longest unit's time. Equal parts keep the CTAs of heads that share K/V reading
+// the same keys at once (L2 serves them); even shares of all units' key tiles, as the tail split deals them, would
+// fill the last CTAs but scatter their reads (H200, session 26: 512 queries in pairs over 131072 keys, 64 units on
+// 66 pairs, ran 7-9% slower split so than unsplit).
+inline int split_parts(int units, int shares, int key_tiles, int min_saving) {
+  const int parts = units > 0 ? shares / units : 0;
+  return parts >= 2 && key_tiles - (key_tiles + parts - 1) / parts >= min_saving ? parts : 0;
+}
+
+// The split of a launch of `work_tiles` work tiles on `ctas` resident CTAs, where the workspace holds it; else nothing
+// split. A persistent launch (no causal mask, or folds) splits its last round where split_units finds one. A causal
+// launch of one CTA per work tile cuts every work unit into split_parts parts (a few queries over a long context),
+// counting as many key tiles as the longest sequence's keys fill; its work tiles see at most that many. Folds split
+// only when every sequence has the longest one's lengths (total = batch x longest, of queries and of keys): their
+// iterations are then bounded by fold_key_tiles.
+template <int BLOCK_M, int BLOCK_N, int D, bool CAUSAL, int CLUSTER, bool FOLD>
 TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
   constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
+  const bool room = l.workspace != nullptr && ctas <= MAX_SPLIT_CTAS &&
+                    split_workspace_bytes(ctas, BLOCK_M, D, FOLD) <= (long long)l.workspace_bytes;
+  if constexpr (CAUSAL && !FOLD) {
+    const int units = p.work_tiles / TILES, parts = split_parts(units, ctas / CLUSTER, key_tiles, SPLIT_MIN_SAVING);
+    if (!room || parts == 0) return unsplit(p.work_tiles);
+    const int grid = units * parts * CLUSTER;
+    return TailSplit{l.workspace, l.workspace + (size_t)segments_per_cta(FOLD) * ctas * BLOCK_M * D, 0, units,
+                     key_tiles, grid, grid, parts};
+  }
   if constexpr (FOLD) {
     const bool equal = p.total_q == l.batch * l.max_seqlen_q && l.total_k == l.batch * l.max_seqlen_k;
     key_tiles = equal ? fold_key_tiles<BLOCK_M, BLOCK_N>(p.m_blocks, l.max_seqlen_q, l.max_seqlen_k) : 0;
   }
   const int min_saving = FOLD ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING;
   const int tail = key_tiles > 0 ? split_units(p.work_tiles / TILES, ctas / CLUSTER, key_tiles, min_saving) : 0;
-  if (l.workspace == nullptr || split_workspace_bytes(ctas, BLOCK_M, D, FOLD) > (long long)l.workspace_bytes ||
-      ctas > MAX_SPLIT_CTAS || tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31))
-    return unsplit(p.work_tiles);
+  if (!room || tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31)) return unsplit(p.work_tiles);
   const int from = p.work_tiles - tail * TILES, segments = segments_per_cta(FOLD) * ctas;
   return TailSplit{l.workspace, l.workspace + (size_t)segments * BLOCK_M * D, from, tail, key_tiles, ctas,
-                   from + segments};
+                   from + segments, 0};
 }
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
@@ -1299,8 +1332,10 @@ cudaError_t launch(const Launch& l) {
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
   // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
-  // lets the hardware deal them in order, head by head and longest first. FOLD instead deals persistent CTAs whole
-  // folds (a long and a short row block of one head, equal work for every fold).
+  // lets the hardware deal them in order, head by head and longest first; one with fewer work tiles than SMs
+  // splits them along the keys over every CTA instead (plan_split). FOLD deals persistent CTAs whole folds (a long
+  // and a short row block of one head, equal work for every fold).
+  constexpr bool PERSISTENT = !CAUSAL || FOLD;
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -1312,32 +1347,31 @@ cudaError_t launch(const Launch& l) {
   config.stream = l.stream;
   config.attrs = &cluster;
   config.numAttrs = CLUSTER == 2 ? 1 : 0;
-  if constexpr (!CAUSAL || FOLD) {
+  int device, ctas;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return err;
+  // a causal launch of one CTA per work tile may split only when it has fewer work tiles than SMs (plan_split)
+  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < ctas)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
-    int ctas;
-    if constexpr (CLUSTER == 1) {
-      int device;
-      if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-          (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-        return err;
-    } else {
+    if constexpr (CLUSTER == 2) {
       if ((err = cudaOccupancyMaxActiveClusters(&ctas, kernel, &config)) != cudaSuccess) return err;
       if (ctas == 0) return cudaErrorInvalidConfiguration;
       ctas *= CLUSTER;
     }
-    grid = min(grid, ctas);
-    if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
-      split = plan_split<BLOCK_M, BLOCK_N, D, CLUSTER, FOLD>(p, l, ctas);
-      if (split.from < p.work_tiles) grid = ctas;
+    if (PERSISTENT) grid = min(grid, ctas);
+    if constexpr (splits_tail<E, D>()) {
+      split = plan_split<BLOCK_M, BLOCK_N, D, CAUSAL, CLUSTER, FOLD>(p, l, ctas);
+      if (split.from < p.work_tiles) grid = split.grid;
     }
   }
   config.gridDim = dim3(grid);
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, map_o, p, split)) != cudaSuccess) return err;
-  if constexpr (splits_tail<E, D, CAUSAL, FOLD>()) {
+  if constexpr (splits_tail<E, D>()) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
-      merge_segments<D, BLOCK_M, BLOCK_N, CLUSTER, FOLD, OutT>
+      merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>
           <<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
       return cudaGetLastError();
     }
