@@ -29,16 +29,19 @@ from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
 # fp8 -> the CUDA launcher's settings timed: two and three consumers, alone and in pairs of CTAs (causal 16-bit pairs
-# of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones)
+# of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones), and two consumers on
+# the default tiles without the split along the keys that launches of fewer work tiles than SMs make
 SETTINGS = {
     False: {"two": {"loop": "overlap", "consumers": 2, "block_n": 128, "cluster": 1},
             "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
             "three": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 1},
-            "three-pairs": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2}},
+            "three-pairs": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2},
+            "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
     True: {"two": {"loop": "overlap", "consumers": 2, "cluster": 1},
            "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
            "three": {"loop": "serial", "consumers": 3, "cluster": 1},
-           "three-pairs": {"loop": "serial", "consumers": 3, "cluster": 2}},
+           "three-pairs": {"loop": "serial", "consumers": 3, "cluster": 2},
+           "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
 }
 
 

@@ -12,11 +12,14 @@ def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, ke
     assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible
 
 
-def test_settings_are_two_and_three_consumers_alone_and_paired(few):
+def test_settings_are_two_and_three_consumers_alone_and_paired_and_two_unsplit(few):
     for fp8, named in few.SETTINGS.items():
-        assert set(named) == {"two", "two-pairs", "three", "three-pairs"}
+        assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-unsplit"}
+        assert named["two-unsplit"] == {**attention_sm90.FEW_WAVES_SETTINGS, "split": False}
         for name, extra in named.items():
             assert extra["consumers"] == (3 if name.startswith("three") else 2)
+            if name == "two-unsplit":  # the launcher picks its cluster, as the API's launches
+                continue
             assert extra["cluster"] == (2 if name.endswith("pairs") else 1)
             block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
             if extra["cluster"] == 2:  # pairs exist for these settings, causal
