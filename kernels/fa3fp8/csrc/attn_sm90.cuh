@@ -1100,9 +1100,9 @@ __host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int
 }
 
 // The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
-// workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold; causal: its parts); each row's O is then its
-// segments' O weighted by exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its D / 32 columns
-// of each segment. A tile no segment covers (no keys) gets zeros and lse = -inf.
+// workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold; causal: its parts); each row's
+// O is then its segments' O weighted by exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its
+// D / 32 columns of each segment. A tile no segment covers (no keys) gets zeros and lse = -inf.
 template <int D, int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, typename OutT>
 __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p, const TailSplit split) {
   constexpr int COLS = D / 32;
@@ -1269,7 +1269,7 @@ int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
 // takes min_saving key tiles off the longest unit's time. Equal parts keep the CTAs of heads that share K/V reading
 // the same keys at once (L2 serves them); even shares of all units' key tiles, as the tail split deals them, would
 // fill the last CTAs but scatter their reads (H200, session 26: 512 queries in pairs over 131072 keys, 64 units on
-// 66 pairs, ran 7-9% slower split so than unsplit).
+// 66 pairs, ran 7-9% slower split that way than unsplit).
 inline int split_parts(int units, int shares, int key_tiles, int min_saving) {
   const int parts = units > 0 ? shares / units : 0;
   return parts >= 2 && key_tiles - (key_tiles + parts - 1) / parts >= min_saving ? parts : 0;
