@@ -5,8 +5,9 @@ warpgroups, alone and in pairs of CTAs, and the public API's choice, beside SDPA
 
 Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128), one sequence whose last `queries` tokens attend
 to all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
-take 192 query rows per CTA, two take 128: with few queries the launch has few CTAs (one per 128 or 192 rows and
-head), and how many waves of the SMs they fill is what the choice turns on (attention_sm90.FEW_WAVES).
+take 192 query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows
+and head), which the kernel splits along the keys where they are fewer than the SMs, so the rows that each CTA
+computes is what the choice turns on (attention_sm90.few_waves_time).
 TFLOPS = 4 · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t; rounds interleaved, rows give
 the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
 """

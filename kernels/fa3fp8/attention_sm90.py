@@ -158,7 +158,7 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those; attention without a causal mask over at most
     SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known: (sequences x heads, the longest sequence's
     queries, the device's SMs); longer causal attention whose three consumers would fill fewer than FEW_WAVES[fp8]
-    waves of the SMs takes FEW_WAVES_SETTINGS."""
+    waves of the SMs takes three consumers or FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
