@@ -7,7 +7,8 @@ Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128), one sequence
 to all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
 take 192 query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows
 and head), which the kernel splits along the keys where they are fewer than the SMs, so the rows that each CTA
-computes is what the choice turns on (attention_sm90.few_waves_time).
+computes is what the choice turns on (attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API
+takes persistent folds instead whatever the query count (`--keys 4096,16384`: the folds' rows beside the others).
 TFLOPS = 4 · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t; rounds interleaved, rows give
 the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
 """
@@ -30,18 +31,23 @@ from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
 # fp8 -> the CUDA launcher's settings timed: two and three consumers, alone and in pairs of CTAs (causal 16-bit pairs
-# of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones), and two consumers on
-# the default tiles without the split along the keys that launches of fewer work tiles than SMs make
+# of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones), in persistent folds
+# (128-key tiles), and two consumers on the default tiles without the split along the keys that launches of fewer
+# work tiles than SMs make
 SETTINGS = {
     False: {"two": {"loop": "overlap", "consumers": 2, "block_n": 128, "cluster": 1},
             "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
             "three": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 1},
             "three-pairs": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2},
+            "two-folds": {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True},
+            "three-folds": {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
             "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
     True: {"two": {"loop": "overlap", "consumers": 2, "cluster": 1},
            "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
            "three": {"loop": "serial", "consumers": 3, "cluster": 1},
            "three-pairs": {"loop": "serial", "consumers": 3, "cluster": 2},
+           "two-folds": {"loop": "overlap", "consumers": 2, "fold": True},
+           "three-folds": {"loop": "serial", "consumers": 3, "fold": True},
            "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
 }
 

@@ -12,21 +12,28 @@ def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, ke
     assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible
 
 
-def test_settings_are_two_and_three_consumers_alone_and_paired_and_two_unsplit(few):
+def test_settings_are_two_and_three_consumers_alone_paired_and_in_folds_and_two_unsplit(few):
     for fp8, named in few.SETTINGS.items():
-        assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-unsplit"}
+        assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-folds", "three-folds", "two-unsplit"}
         assert named["two-unsplit"] == {**attention_sm90.FEW_WAVES_SETTINGS, "split": False}
         for name, extra in named.items():
             assert extra["consumers"] == (3 if name.startswith("three") else 2)
+            block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
+            if name.endswith("folds"):  # folds run one CTA a cluster on 128-key tiles
+                assert extra["fold"] and block_n == 128 and "cluster" not in extra
+                continue
             if name == "two-unsplit":  # the launcher picks its cluster, as the API's launches
                 continue
             assert extra["cluster"] == (2 if name.endswith("pairs") else 1)
-            block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
             if extra["cluster"] == 2:  # pairs exist for these settings, causal
                 assert attention_sm90.cluster_for(128, fp8, extra["loop"], extra["consumers"], block_n,
                                                   causal=True) == 2, (fp8, name)
-    # what the API takes for few waves is among them
+    # what the API takes for few waves, and for short causal attention, is among them
     assert attention_sm90.FEW_WAVES_SETTINGS.items() <= few.SETTINGS[False]["two-pairs"].items()
+    for fp8 in (False, True):
+        short = {**attention_sm90.FASTER[(128, fp8, True)], **attention_sm90.SHORT_CAUSAL[(128, fp8)]}
+        name = "three-folds" if short["consumers"] == 3 else "two-folds"
+        assert short.items() <= few.SETTINGS[fp8][name].items(), fp8
 
 
 def test_plot_writes_a_png(few, tmp_path):
