@@ -2,6 +2,8 @@
 torch.compile) and the choice between the Triton kernels and the PyTorch reference."""
 
 import functools
+import math
+import numbers
 
 import torch
 
@@ -365,8 +367,9 @@ def _check_decode(q, k_cache, v_cache, cache_seqlens) -> None:
 def _softmax_scale(softmax_scale, d: int) -> float:
     if softmax_scale is None:
         return d**-0.5
-    if not isinstance(softmax_scale, (int, float)) or not softmax_scale > 0:
-        raise ValueError(f"softmax_scale must be a positive float, got {softmax_scale!r}")
+    real = isinstance(softmax_scale, numbers.Real) and not isinstance(softmax_scale, bool)
+    if not real or not 0 < softmax_scale < math.inf:
+        raise ValueError(f"softmax_scale must be a positive finite float, got {softmax_scale!r}")
     return float(softmax_scale)
 
 

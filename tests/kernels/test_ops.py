@@ -25,6 +25,9 @@ BAD_DENSE = {
     "kv-heads-3": (dict(k=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16), v=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16)), "kv_heads"),
     "batch-mismatch": (dict(k=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16), v=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16)), "batch"),
     "softmax-scale": (dict(softmax_scale=-1.0), "softmax_scale"),
+    "softmax-scale-inf": (dict(softmax_scale=float("inf")), "softmax_scale must be a positive finite float"),
+    "softmax-scale-nan": (dict(softmax_scale=float("nan")), "softmax_scale"),
+    "softmax-scale-bool": (dict(softmax_scale=True), "softmax_scale"),
     "hadamard-without-fp8": (dict(hadamard=True), "hadamard applies to the FP8 path only"),
 }
 
@@ -115,6 +118,13 @@ def test_split_quantization_equals_quantize_qkv_on_the_reference(hadamard, permu
 def test_fp8_func_rejects_other_bundles():
     with pytest.raises(ValueError, match="qkv must be a QuantizedQKV"):
         fa3fp8.flash_attn_fp8_func(torch.zeros(1))
+
+
+def test_softmax_scale_takes_any_real_number_type():
+    numpy = pytest.importorskip("numpy")
+    args = _qkv()
+    expected = fa3fp8.flash_attn_func(**args, softmax_scale=0.25)
+    torch.testing.assert_close(fa3fp8.flash_attn_func(**args, softmax_scale=numpy.float32(0.25)), expected)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
