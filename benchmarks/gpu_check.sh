@@ -44,8 +44,8 @@ if [[ "$steps" == *" bench "* ]]; then
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
     python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
 fi
-if [[ "$steps" == *" few "* ]]; then  # a few queries over a long context: two and three consumers, SDPA
-    python3 benchmarks/few_queries.py --out "$OUT" 2>&1 | tee "$OUT/few-queries.log" | tail -30 || status=1
+if [[ "$steps" == *" few "* ]]; then  # a few queries over a long context (FEW_ARGS: more of few_queries.py's options)
+    python3 benchmarks/few_queries.py --out "$OUT" ${FEW_ARGS:-} 2>&1 | tee "$OUT/few-queries.log" | tail -30 || status=1
 fi
 if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows and the 128K summarize job
     DOCFLASH_EMBED_MODEL_PATH="$PWD/.tools/minilm" timeout 560 python3 benchmarks/e2e.py --tokenizer .tools/minilm \
