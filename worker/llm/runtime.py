@@ -40,6 +40,14 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def attention_for(attention_impl: str, device_type: str, capability: tuple[int, int] | None = None) -> str:
+    """The attention implementation a runtime takes for the configured one on a device of `device_type` (a CUDA
+    device's compute `capability`): fa3's kernels run on Hopper (9.x); on the CPU and other GPUs fa3fp8 would serve
+    its PyTorch reference, far slower than SDPA, so they take sdpa."""
+    hopper = device_type == "cuda" and capability is not None and capability[0] == 9
+    return attention_impl if hopper else "sdpa"
+
+
 def _check_attention_impl(attention_impl: str) -> None:
     if attention_impl not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention_impl!r}")
@@ -125,14 +133,19 @@ _lock = threading.Lock()
 
 
 def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
-    """The process's runtime for `settings.llm_model`, loaded on first use (fa3 falls back to sdpa on CPU).
+    """The process's runtime for `settings.llm_model`, loaded on first use (fa3 takes sdpa on the CPU and on GPUs other
+    than Hopper: attention_for).
 
     Without a configured model, a ValueError says that `purpose` needs one.
     """
     if not settings.llm_model:
         raise ValueError(f"{purpose} needs an LLM (settings.llm_model): set DOCFLASH_LLM_MODEL to a folder or hub id")
     device = default_device()
-    impl = settings.attention_impl if device.type == "cuda" else "sdpa"
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    impl = attention_for(settings.attention_impl, device.type, capability)
+    if impl != settings.attention_impl:
+        log.warning("attention_impl_unavailable", configured=settings.attention_impl, used=impl, device=str(device),
+                    capability=capability, reason="fa3 kernels need a Hopper GPU (compute capability 9.x)")
     set_decode_attention(settings.decode_attention)
     key = (settings.llm_model, impl, str(device), settings.llm_max_context, settings.prefill_chunk_tokens,
            settings.pack_token_budget, settings.decode_cuda_graph, settings.compile_blocks)

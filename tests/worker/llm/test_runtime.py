@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from core.settings import Settings
-from worker.llm.runtime import get_runtime, load_runtime
+from worker.llm.runtime import attention_for, get_runtime, load_runtime
 
 
 def test_loads_checkpoint_in_bf16(load_tiny, tiny_llama):
@@ -35,7 +35,17 @@ def test_runtime_from_settings_is_loaded_once(tiny_llama):
     runtime = get_runtime(settings)
     assert get_runtime(settings) is runtime
     assert runtime.max_context == 256 and runtime.prefill_chunk_tokens == 32
-    assert runtime.attention_impl == ("fa3_fp8" if torch.cuda.is_available() else "sdpa")
+    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    assert runtime.attention_impl == ("fa3_fp8" if hopper else "sdpa")
+
+
+@pytest.mark.parametrize("device_type,capability,expected", [
+    ("cuda", (9, 0), "fa3_fp8"), ("cuda", (8, 0), "sdpa"), ("cuda", (8, 9), "sdpa"), ("cuda", (10, 0), "sdpa"),
+    ("cpu", None, "sdpa"),
+])
+def test_fa3_runs_on_hopper_and_sdpa_elsewhere(device_type, capability, expected):
+    assert attention_for("fa3_fp8", device_type, capability) == expected
+    assert attention_for("sdpa", device_type, capability) == "sdpa"
 
 
 def test_runtime_needs_a_model():
