@@ -143,14 +143,15 @@ def get_runtime(settings, purpose: str = "this task") -> LLMRuntime:
     device = default_device()
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     impl = attention_for(settings.attention_impl, device.type, capability)
-    if impl != settings.attention_impl:
-        log.warning("attention_impl_unavailable", configured=settings.attention_impl, used=impl, device=str(device),
-                    capability=capability, reason="fa3 kernels need a Hopper GPU (compute capability 9.x)")
     set_decode_attention(settings.decode_attention)
     key = (settings.llm_model, impl, str(device), settings.llm_max_context, settings.prefill_chunk_tokens,
            settings.pack_token_budget, settings.decode_cuda_graph, settings.compile_blocks)
     with _lock:
         if key not in _runtimes:
+            if impl != settings.attention_impl:
+                log.warning("attention_impl_unavailable", configured=settings.attention_impl, used=impl,
+                            device=str(device), capability=capability,
+                            reason="fa3 kernels need a Hopper GPU (compute capability 9.x)")
             _runtimes[key] = load_runtime(
                 settings.llm_model,
                 attention_impl=impl,

@@ -1,5 +1,6 @@
 """Loading through the real code: from a folder, from settings, once per process."""
 import pytest
+import structlog
 import torch
 
 from core.settings import Settings
@@ -37,6 +38,17 @@ def test_runtime_from_settings_is_loaded_once(tiny_llama):
     assert runtime.max_context == 256 and runtime.prefill_chunk_tokens == 32
     hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     assert runtime.attention_impl == ("fa3_fp8" if hopper else "sdpa")
+
+
+def test_a_device_without_fa3_logs_the_implementation_it_takes_once(tiny_llama):
+    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
+        pytest.skip("fa3 runs on this Hopper GPU")
+    settings = Settings(llm_model=str(tiny_llama), llm_max_context=128, attention_impl="fa3_bf16")
+    with structlog.testing.capture_logs() as logs:
+        get_runtime(settings)
+        get_runtime(settings)
+    [logged] = [entry for entry in logs if entry["event"] == "attention_impl_unavailable"]
+    assert logged["configured"] == "fa3_bf16" and logged["used"] == "sdpa"
 
 
 @pytest.mark.parametrize("device_type,capability,expected", [
