@@ -410,6 +410,29 @@ def _hadamard_flag(fp8: bool, hadamard) -> bool:
     return True if hadamard is None else bool(hadamard)
 
 
+class _NoBackward(torch.autograd.Function):
+    """An attention call's outputs, passed through unchanged where autograd records a graph through its inputs:
+    fa3fp8 computes the forward pass only, so a backward pass through them raises instead of leaving the inputs'
+    gradients out (the kernels' outputs are not connected to them)."""
+
+    @staticmethod
+    def forward(ctx, out, lse, *inputs):
+        return out.view_as(out), lse.view_as(lse)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("fa3fp8 computes attention forward only (no backward pass); for training use "
+                           "torch.nn.functional.scaled_dot_product_attention")
+
+
+def _forward_only(out, lse, *inputs):
+    """out and lse, through _NoBackward where grad mode is on and an input requires grad (eager calls: a traced
+    custom op without an autograd formula already refuses a backward pass)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs) and not torch.compiler.is_compiling():
+        return _NoBackward.apply(out, lse, *inputs)
+    return out, lse
+
+
 # ---------------------------------------------------------------------------------------------- public API
 
 
@@ -427,7 +450,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
         return_lse: also return the log-sum-exp of the scaled scores, `(batch, heads, seqlen_q)` fp32.
 
     Returns:
-        The output `(batch, seqlen_q, heads, d)` in q's dtype, and the LSE when `return_lse`.
+        The output `(batch, seqlen_q, heads, d)` in q's dtype, and the LSE when `return_lse`. Forward only: where
+        an input requires grad, a backward pass through them raises a RuntimeError.
     """
     _check_qkv(q, k, v, packed=False)
     batch, seqlen_q, heads, d = q.shape
@@ -435,14 +459,16 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
     scale = _softmax_scale(softmax_scale, d)
     use_hadamard = _hadamard_flag(fp8, hadamard)
     if fp8:
-        return flash_attn_fp8_func(quantize_qkv(q, k, v, hadamard=use_hadamard), causal, scale, return_lse)
-    out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
-        q.reshape(batch * seqlen_q, heads, d), k.reshape(batch * seqlen_k, kv_heads, d),
-        v.reshape(batch * seqlen_k, kv_heads, d), _dense_cu_seqlens(batch, seqlen_q, q.device),
-        _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal),
-    )
-    out = out.view(batch, seqlen_q, heads, d)
-    return (out, lse.view(heads, batch, seqlen_q).transpose(0, 1)) if return_lse else out
+        out, lse = flash_attn_fp8_func(quantize_qkv(q, k, v, hadamard=use_hadamard), causal, scale, return_lse=True)
+    else:
+        out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
+            q.reshape(batch * seqlen_q, heads, d), k.reshape(batch * seqlen_k, kv_heads, d),
+            v.reshape(batch * seqlen_k, kv_heads, d), _dense_cu_seqlens(batch, seqlen_q, q.device),
+            _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal),
+        )
+        out, lse = out.view(batch, seqlen_q, heads, d), lse.view(heads, batch, seqlen_q).transpose(0, 1)
+    out, lse = _forward_only(out, lse, q, k, v)
+    return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(
@@ -459,7 +485,8 @@ def flash_attn_varlen_func(
         softmax_scale, causal, fp8, hadamard, return_lse: as in `flash_attn_func`.
 
     Returns:
-        The output `(total_q, heads, d)` in q's dtype, and with `return_lse` the LSE `(heads, total_q)` fp32.
+        The output `(total_q, heads, d)` in q's dtype, and with `return_lse` the LSE `(heads, total_q)` fp32;
+        forward only, as `flash_attn_func`.
     """
     _check_qkv(q, k, v, packed=True)
     _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k, q.device)
@@ -469,10 +496,12 @@ def flash_attn_varlen_func(
         qkv = quantize_qkv(
             q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _checked=True
         )
-        return flash_attn_fp8_func(qkv, causal, scale, return_lse)
-    out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal)
-    )
+        out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True)
+    else:
+        out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal)
+        )
+    out, lse = _forward_only(out, lse, q, k, v)
     return (out, lse) if return_lse else out
 
 
@@ -635,9 +664,10 @@ def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scal
 
     Returns:
         The output `(batch, heads, d)` in q's dtype, and the LSE when `return_lse`. No host synchronization on
-        the Triton path (CUDA-graph safe).
+        the Triton path (CUDA-graph safe). Forward only, as `flash_attn_func`.
     """
     _check_decode(q, k_cache, v_cache, cache_seqlens)
     scale = _softmax_scale(softmax_scale, q.shape[-1])
     out, lse = _op_or_impl(_attn_decode_op, _attn_decode_impl)(q, k_cache, v_cache, cache_seqlens, scale)
+    out, lse = _forward_only(out, lse, q, k_cache, v_cache)
     return (out, lse) if return_lse else out

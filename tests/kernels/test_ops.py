@@ -120,6 +120,31 @@ def test_fp8_func_rejects_other_bundles():
         fa3fp8.flash_attn_fp8_func(torch.zeros(1))
 
 
+FORWARD_CALLS = {
+    "dense": lambda q, k, v: fa3fp8.flash_attn_func(q, k, v, causal=True, return_lse=True),
+    "dense-fp8": lambda q, k, v: fa3fp8.flash_attn_func(q, k, v, fp8=True, return_lse=True),
+    "varlen": lambda q, k, v: fa3fp8.flash_attn_varlen_func(
+        q[0], k[0], v[0], *[torch.tensor([0, n], dtype=torch.int32) for n in (q.shape[1], k.shape[1])],
+        q.shape[1], k.shape[1], return_lse=True),
+    "decode": lambda q, k, v: fa3fp8.flash_attn_decode_func(q[:, -1], k, v, return_lse=True),
+}
+
+
+@pytest.mark.parametrize("call", FORWARD_CALLS)
+def test_a_backward_pass_through_the_outputs_raises(call):
+    # the kernels' outputs are not connected to their inputs: a backward pass must fail, not leave gradients out
+    q, k, v = (t.requires_grad_() for t in random_qkv(1, 6, 9, 4, 2, 64, torch.float16, "cpu", seed=1))
+    for output in FORWARD_CALLS[call](q, k, v):
+        assert output.requires_grad
+        with pytest.raises(RuntimeError, match="fa3fp8 computes attention forward only"):
+            output.float().sum().backward()
+    with torch.no_grad():
+        out, lse = FORWARD_CALLS[call](q, k, v)
+    assert not out.requires_grad and not lse.requires_grad
+    expected = FORWARD_CALLS[call](*(t.detach() for t in (q, k, v)))
+    torch.testing.assert_close(out, expected[0].detach())
+
+
 def test_softmax_scale_takes_any_real_number_type():
     numpy = pytest.importorskip("numpy")
     args = _qkv()
