@@ -18,7 +18,7 @@
 // are, and wgmma reads the V tile (keys x D, D contiguous) transposed from shared memory.
 // This header holds the kernels and launch<>(), which makes a kernel's launch; attn_sm90.cu picks the kernel for
 // the C entries' arguments, and units of their own compile some kernels with other ptxas options
-// (cuda_build.UNITS). Engineering log: kernels/NOTES.md, sessions 3 to 24.
+// (cuda_build.UNITS). Engineering log: kernels/NOTES.md (from session 3).
 
 #pragma once
 
