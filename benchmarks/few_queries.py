@@ -1,5 +1,6 @@
 """Causal attention of a few queries over a long context on one GPU: the CUDA kernel with two and three consumer
-warpgroups, alone and in pairs of CTAs, and the public API's choice, beside SDPA with a bottom-right causal mask.
+warpgroups, alone, in pairs of CTAs and in folds, and the public API's choice, beside SDPA with a bottom-right causal
+mask.
 
     python benchmarks/few_queries.py [--queries 1,64,128,192,256,512,1024] [--keys 32768,131072] [--out DIR]
 
