@@ -46,6 +46,7 @@ def configure_logging(settings: Settings) -> None:
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 
-def get_logger(**bound: Any) -> structlog.stdlib.BoundLogger:
-    """A logger with `bound` fields on every line (lines about a job carry `job_id`, and `doc_id` if any)."""
-    return structlog.get_logger("docflash").bind(**bound)
+def get_logger(**bound: Any) -> Any:
+    """A logger with `bound` fields on every line (lines about a job carry `job_id`, and `doc_id` if any). It is
+    resolved at each call, so one taken at import time, before configure_logging, logs as configured."""
+    return structlog.get_logger("docflash", **bound)

@@ -5,6 +5,7 @@ import json
 import logging
 
 import pytest
+import structlog
 
 from core.logging import configure_logging, get_logger
 from core.settings import Settings
@@ -28,6 +29,15 @@ def test_json_lines_carry_job_and_document_ids(capsys: pytest.CaptureFixture) ->
     assert (lines[0]["job_id"], lines[0]["doc_id"], lines[0]["level"]) == ("j-1", "d-7", "info")
     assert lines[1]["event"] == "from the standard library" and lines[1]["logger"] == "celery.worker"
     assert len(lines) == 2
+
+
+def test_a_logger_taken_before_configuration_logs_as_configured(capsys: pytest.CaptureFixture) -> None:
+    structlog.reset_defaults()  # as in a fresh process
+    early = get_logger(job_id="j-3")  # as a module-level logger, made at import time
+    configure_logging(Settings(_env_file=None, log_json=True, log_level="INFO"))
+    early.warning("after configuration")
+    [line] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert (line["event"], line["job_id"], line["level"]) == ("after configuration", "j-3", "warning")
 
 
 def test_console_lines_in_development(capsys: pytest.CaptureFixture) -> None:
