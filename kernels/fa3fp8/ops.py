@@ -10,6 +10,7 @@ import torch
 from . import env
 from .configs import fp8_blocks
 from .fp8_layout import QuantizedKV, QuantizedQ, QuantizedQKV, block_offsets, permute_v_keys, tile_bound
+from .gpu import is_hopper
 from .reference import (
     attention_decode_reference,
     attention_fp8_reference,
@@ -26,7 +27,7 @@ DTYPES = (torch.bfloat16, torch.float16)
 def _is_hopper(device_index: int) -> bool:
     """Asked once per device: torch's capability query took 13 us a call under cProfile on the H200 machine, and
     quantize_qkv asks for every part it launches."""
-    return torch.cuda.get_device_capability(device_index)[0] == 9
+    return is_hopper(torch.cuda.get_device_capability(device_index))
 
 
 def _use_triton(t: torch.Tensor) -> bool:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fa3fp8.gpu import sm_count
+from fa3fp8.gpu import is_hopper, sm_count
 
 
 @pytest.mark.gpu
@@ -14,3 +14,8 @@ def test_sm_count_is_the_device_property_and_looked_up_once():
     assert sm_count(torch.device("cuda", 0)) == expected > 0
     assert sm_count(torch.device("cuda", 0)) == expected
     assert sm_count.cache_info().hits == 1
+
+
+@pytest.mark.parametrize("capability,hopper", [((9, 0), True), ((8, 0), False), ((8, 9), False), ((10, 0), False)])
+def test_the_kernels_run_on_hopper_only(capability, hopper):
+    assert is_hopper(capability) == hopper

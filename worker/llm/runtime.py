@@ -44,8 +44,11 @@ def attention_for(attention_impl: str, device_type: str, capability: tuple[int, 
     """The attention implementation a runtime takes for the configured one on a device of `device_type` (a CUDA
     device's compute `capability`): fa3's kernels run on Hopper (9.x); on the CPU and other GPUs fa3fp8 would serve
     its PyTorch reference, far slower than SDPA, so they take sdpa."""
-    hopper = device_type == "cuda" and capability is not None and capability[0] == 9
-    return attention_impl if hopper else "sdpa"
+    if device_type != "cuda" or capability is None:
+        return "sdpa"
+    from fa3fp8.gpu import is_hopper  # fa3fp8 is imported where its kernels may run, as in worker.llm.attention
+
+    return attention_impl if is_hopper(capability) else "sdpa"
 
 
 def _check_attention_impl(attention_impl: str) -> None:

@@ -2,9 +2,12 @@
 import pytest
 import structlog
 import torch
+from fa3fp8.gpu import is_hopper
 
 from core.settings import Settings
 from worker.llm.runtime import attention_for, get_runtime, load_runtime
+
+HOPPER = torch.cuda.is_available() and is_hopper(torch.cuda.get_device_capability())
 
 
 def test_loads_checkpoint_in_bf16(load_tiny, tiny_llama):
@@ -36,12 +39,11 @@ def test_runtime_from_settings_is_loaded_once(tiny_llama):
     runtime = get_runtime(settings)
     assert get_runtime(settings) is runtime
     assert runtime.max_context == 256 and runtime.prefill_chunk_tokens == 32
-    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-    assert runtime.attention_impl == ("fa3_fp8" if hopper else "sdpa")
+    assert runtime.attention_impl == ("fa3_fp8" if HOPPER else "sdpa")
 
 
 def test_a_device_without_fa3_logs_the_implementation_it_takes_once(tiny_llama):
-    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9:
+    if HOPPER:
         pytest.skip("fa3 runs on this Hopper GPU")
     settings = Settings(llm_model=str(tiny_llama), llm_max_context=128, attention_impl="fa3_bf16")
     with structlog.testing.capture_logs() as logs:
