@@ -7,8 +7,9 @@ mask.
 Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128), one sequence whose last `queries` tokens attend
 to all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
 take 192 query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows
-and head), which the kernel splits along the keys where they are fewer than the SMs, so the rows that each CTA
-computes is what the choice turns on (attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API
+and head), which the kernel splits along the keys where they are fewer than the SMs (and, with `split_rounds`, those
+of the last round of launches of a few rounds), so the rows that each CTA computes is what the choice turns on
+(attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API
 takes persistent folds instead whatever the query count (`--keys 4096,16384`: the folds' rows beside the others).
 TFLOPS = 4 · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t; rounds interleaved, rows give
 the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
@@ -31,10 +32,15 @@ from fa3fp8.reference import attention_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
+# split_rounds of the "-rounds" settings: launches of up to this many rounds of the SMs (all that the query counts
+# here make) split their last round's work tiles along the keys, where attention_sm90.CAUSAL_SPLIT_ROUNDS takes
+# fewer
+SPLIT_ROUNDS_TIMED = 16
 # fp8 -> the CUDA launcher's settings timed: two and three consumers, alone and in pairs of CTAs (causal 16-bit pairs
 # of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones), in persistent folds
-# (128-key tiles), and two consumers on the default tiles without the split along the keys that launches of fewer
-# work tiles than SMs make
+# (128-key tiles), two consumers on the default tiles without the split along the keys that launches of fewer work
+# tiles than SMs make, and the API's two and three consumers ("-auto": the launcher picks pairs or not) beside the
+# same with the split of a last round of launches of more rounds ("-rounds")
 SETTINGS = {
     False: {"two": {"loop": "overlap", "consumers": 2, "block_n": 128, "cluster": 1},
             "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
@@ -42,14 +48,22 @@ SETTINGS = {
             "three-pairs": {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2},
             "two-folds": {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True},
             "three-folds": {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
-            "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
+            "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False},
+            "two-auto": {"loop": "overlap", "consumers": 2},
+            "two-rounds": {"loop": "overlap", "consumers": 2, "split_rounds": SPLIT_ROUNDS_TIMED},
+            "three-auto": {"loop": "serial", "consumers": 3, "block_n": 128},
+            "three-rounds": {"loop": "serial", "consumers": 3, "block_n": 128, "split_rounds": SPLIT_ROUNDS_TIMED}},
     True: {"two": {"loop": "overlap", "consumers": 2, "cluster": 1},
            "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
            "three": {"loop": "serial", "consumers": 3, "cluster": 1},
            "three-pairs": {"loop": "serial", "consumers": 3, "cluster": 2},
            "two-folds": {"loop": "overlap", "consumers": 2, "fold": True},
            "three-folds": {"loop": "serial", "consumers": 3, "fold": True},
-           "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False}},
+           "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False},
+           "two-auto": {"loop": "overlap", "consumers": 2},
+           "two-rounds": {"loop": "overlap", "consumers": 2, "split_rounds": SPLIT_ROUNDS_TIMED},
+           "three-auto": {"loop": "serial", "consumers": 3},
+           "three-rounds": {"loop": "serial", "consumers": 3, "split_rounds": SPLIT_ROUNDS_TIMED}},
 }
 
 

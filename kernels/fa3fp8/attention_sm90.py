@@ -12,8 +12,11 @@ blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or t
 take packed Q, K, V as they are. A persistent launch (no causal mask, or folds of sequences of one length) whose last
 round would leave CTAs idle splits that round's work tiles along the keys over every CTA and merges the parts in a
 second kernel (`split`; SPLITS_TAIL); so does a causal launch of fewer work tiles than SMs (a few queries over a long
-context: a chunked prefill's last chunk, draft tokens), all of its work tiles.
+context: a chunked prefill's last chunk, draft tokens), all of its work tiles, and one of up to `split_rounds` rounds
+its last round's.
 """
+
+import ctypes
 
 import torch
 
@@ -88,6 +91,12 @@ SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # faster of two and three consumers timed beside it, against two consumers unsplit 1.5 / 99 / 197 / 294 / 391 / 537 /
 # 635 / 555 / 649 (BF16) and SDPA with a lower-right mask 3.9 / 236 / 283 / 279 / 296 / 300 / 293 / 271 / 339.
 FEW_WAVES = {False: 8, True: 2}
+# The most rounds of the SMs that a causal launch of one CTA per work tile may fill and still split its last round's
+# work tiles along the keys (csrc/attn_sm90.cuh's causal_split), as launches of fewer work tiles than SMs (1 round)
+# split all of theirs. Launches of a few rounds (1280 queries of 32 heads in pairs: 160 units on 66 pairs, 2.4
+# rounds) would then take 2.5 rounds of full work tiles' time, not 3. Not yet timed on a GPU: 1 until
+# `benchmarks/few_queries.py` (its "-rounds" settings) shows where more pays.
+CAUSAL_SPLIT_ROUNDS = 1
 FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
 # Per-row speed of three consumers in order over two overlapped on work tiles whose rows all count, causal, one CTA
 # per work tile over long keys (H200, session 25, 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 /
@@ -180,21 +189,23 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
 def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, int], max_seqlen_k: int) -> float:
     """Modeled time of a causal launch of one CTA per work tile with these settings, where its work tiles are about
     equally long (a few queries over a long context; `launch` as in best_settings), in query rows that a CTA computes
-    over all the keys: its work tile's rows over the parts that the kernel splits each into (split_parts; fewer work
-    tiles than SMs), or times the rounds of the SMs that they fill; three consumers are THREE_CONSUMER_SPEED times as
-    fast per row."""
+    over all the keys: a work tile's rows times the rounds of the SMs that the work tiles fill, the last one over the
+    parts that the kernel splits its work tiles into (causal_split, as for sequences of one length); three consumers
+    are THREE_CONSUMER_SPEED times as fast per row."""
     sequences_x_heads, max_seqlen_q, sms = launch
     consumers = settings.get("consumers", 2)
     block_m = WG_ROWS * consumers
     block_n = settings.get("block_n") or (FP8_BLOCK_N[0] if fp8 else BLOCK_N_16BIT[d][0])
     loop = settings.get("loop", LOOP[(d, fp8)])
     cluster = cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q, causal=True)
-    tiles = sequences_x_heads * -(-max_seqlen_q // (block_m * cluster)) * cluster
-    if tiles >= sms:
-        rounds = -(-tiles // sms)
-    else:  # without the library no CUDA kernel runs, and any answer serves
-        split_parts = cuda_build.load().fa3fp8_split_parts if cuda_build.available() else lambda *_: 0
-        rounds = 1 / max(split_parts(tiles // cluster, sms // cluster, -(-max_seqlen_k // block_n)), 1)
+    m_blocks = -(-max_seqlen_q // (block_m * cluster)) * cluster
+    units, shares = sequences_x_heads * m_blocks // cluster, sms // cluster
+    parts = 0
+    if cuda_build.available():  # without the library no CUDA kernel runs, and any answer serves
+        parts = cuda_build.load().fa3fp8_causal_split(
+            units * cluster, m_blocks, shares, cluster, settings.get("split_rounds", CAUSAL_SPLIT_ROUNDS), block_m,
+            block_n, max_seqlen_q, max_seqlen_k, 1, ctypes.byref(ctypes.c_int()))
+    rounds = units // shares + 1 / parts if parts else -(-units // shares)
     return block_m * rounds / (THREE_CONSUMER_SPEED if consumers == 3 else 1.0)
 
 
@@ -275,7 +286,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop, block_n, cluster or fold"
+        message = "unsupported head dim, consumer count, loop, block_n, cluster, fold or split_rounds"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -284,7 +295,7 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, fold=False, max_seqlen_k=None, split=True,
+    cluster=None, fold=False, max_seqlen_k=None, split=True, split_rounds=CAUSAL_SPLIT_ROUNDS,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
@@ -294,7 +305,8 @@ def attention_fp8_fwd_sm90(
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
     (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
-    idle along the keys and merge the parts, and in a causal launch of fewer work tiles than SMs all of them;
+    idle along the keys and merge the parts, and in a causal launch of one CTA per work tile that fills at most
+    `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work tiles of its last round;
     `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
@@ -313,20 +325,22 @@ def attention_fp8_fwd_sm90(
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k, softmax_scale * LOG2E, int(causal),
         LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
-        workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q8.device).cuda_stream,
+        workspace.data_ptr(), workspace.nbytes, split_rounds, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
-                       consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True):
+                       consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True,
+                       split_rounds=CAUSAL_SPLIT_ROUNDS):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
     serial, 128-key tiles); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the first; d128's 128 runs
     the overlapped loop or three consumers); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on the
     default tiles, d128's 128-key ones overlapped without a causal mask, or three consumers; not with `fold`; None:
     cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two
-    consumers overlapped or three in order; 128-key tiles at d128); `split` and `max_seqlen_k` as there. Returns
+    consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds` and `max_seqlen_k` as
+    there. Returns
     out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
@@ -344,6 +358,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,
         softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n, int(q.dtype == torch.bfloat16), cluster,
-        int(fold), workspace.data_ptr(), workspace.nbytes, torch.cuda.current_stream(q.device).cuda_stream,
+        int(fold), workspace.data_ptr(), workspace.nbytes, split_rounds,
+        torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

@@ -112,9 +112,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
     lib.fa3fp8_attn_fp8_fwd.restype = i
-    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 12 + [f] + [i] * 7 + [p, i64, p]
+    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 12 + [f] + [i] * 7 + [p, i64, i, p]
     lib.fa3fp8_attn_fwd.restype = i
-    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 7 + [p, i64, p]
+    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 7 + [p, i64, i, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
     lib.fa3fp8_split_workspace_bytes.restype = i64
@@ -123,6 +123,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_split_units.argtypes = [i] * 4
     lib.fa3fp8_split_parts.restype = i
     lib.fa3fp8_split_parts.argtypes = [i] * 3
+    lib.fa3fp8_causal_split.restype = i
+    lib.fa3fp8_causal_split.argtypes = [i] * 10 + [ctypes.POINTER(i)]
     lib.fa3fp8_tail_segments.restype = None
     lib.fa3fp8_tail_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     lib.fa3fp8_fold_segments.restype = None

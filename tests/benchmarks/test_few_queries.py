@@ -12,17 +12,25 @@ def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, ke
     assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible
 
 
-def test_settings_are_two_and_three_consumers_alone_paired_and_in_folds_and_two_unsplit(few):
+def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_split_over_more_rounds(few):
     for fp8, named in few.SETTINGS.items():
-        assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-folds", "three-folds", "two-unsplit"}
+        assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-folds", "three-folds", "two-unsplit",
+                              "two-auto", "two-rounds", "three-auto", "three-rounds"}
         assert named["two-unsplit"] == {**attention_sm90.FEW_WAVES_SETTINGS, "split": False}
+        # the API's choices for few waves, as it launches them, and the same splitting the last of more rounds
+        assert named["two-auto"] == attention_sm90.FEW_WAVES_SETTINGS
+        assert named["three-auto"] == attention_sm90.FASTER[(128, fp8, True)]
+        for consumers in ("two", "three"):
+            rounds = {**named[f"{consumers}-auto"], "split_rounds": few.SPLIT_ROUNDS_TIMED}
+            assert named[f"{consumers}-rounds"] == rounds
+        assert few.SPLIT_ROUNDS_TIMED > attention_sm90.CAUSAL_SPLIT_ROUNDS
         for name, extra in named.items():
             assert extra["consumers"] == (3 if name.startswith("three") else 2)
             block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
             if name.endswith("folds"):  # folds run one CTA a cluster on 128-key tiles
                 assert extra["fold"] and block_n == 128 and "cluster" not in extra
                 continue
-            if name == "two-unsplit":  # the launcher picks its cluster, as the API's launches
+            if name == "two-unsplit" or name.endswith(("-auto", "-rounds")):  # the launcher picks the cluster
                 continue
             assert extra["cluster"] == (2 if name.endswith("pairs") else 1)
             if extra["cluster"] == 2:  # pairs exist for these settings, causal

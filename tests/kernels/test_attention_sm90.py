@@ -42,18 +42,18 @@ def ptxas_report():
 MISALIGNED_Q = 8
 
 
-def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0, consumers=2):
+def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0, consumers=2, split_rounds=1):
     """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number)."""
     return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 128, 1.0, causal,
                                              attention_sm90.LOOPS.get(loop, loop), consumers, block_n, 1, cluster, fold,
-                                             None, 0, None)
+                                             None, 0, split_rounds, None)
 
 
-def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0):
+def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0, split_rounds=1):
     """The FP8 C entry's answer for these settings on MISALIGNED_Q."""
     return cuda_build.load().fa3fp8_attn_fp8_fwd(MISALIGNED_Q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128,
                                                  128, 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
-                                                 cluster, fold, None, 0, None)
+                                                 cluster, fold, None, 0, split_rounds, None)
 
 
 @needs_nvcc
@@ -351,6 +351,10 @@ def test_few_waves_time_counts_the_rows_a_cta_computes_over_all_keys():
     # 1024 queries: 256 work tiles fill 2 rounds of 132, 192 of three consumers also 2
     assert time(two, launch=(32, 1024, 132)) == 128 * 2
     assert time(three, launch=(32, 1024, 132)) == 192 * 2 / speed
+    # 1280 queries: 160 pairs fill 2.4 rounds of 66, 3 of whole work tiles; with the last round's 28 pairs cut in 2
+    # parts (split_rounds 3), 2.5
+    assert time(two, launch=(32, 1280, 132)) == 128 * 3
+    assert time({**two, "split_rounds": 3}, launch=(32, 1280, 132)) == 128 * 2.5
     # short keys: parts that would save too little are not made
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=2048) == 128 / 4
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=1024) == 128
@@ -427,6 +431,8 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     assert entry(256, "overlap", 80, causal=1, fold=1, cluster=2) == -2  # a fold is one CTA's
     for d, block_n in [(128, 128), (256, 80)]:
         assert entry(d, "overlap", block_n, causal=1, fold=1) == -1, (d, block_n)
+    assert entry(128, "overlap", 176, causal=1, split_rounds=0) == -2  # a causal split's rounds: at least 1
+    assert entry(128, "overlap", 176, causal=1, split_rounds=4) == -1
 
 
 @needs_nvcc
@@ -455,6 +461,8 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
+    assert entry(128, "serial", 3, 128, causal=1, split_rounds=0) == -2
+    assert entry(128, "serial", 3, 128, causal=1, split_rounds=4) == -1
 
 
 @needs_nvcc
@@ -474,18 +482,65 @@ def test_split_units_splits_a_last_round_that_leaves_ctas_idle():
 
 
 @needs_nvcc
-def test_split_parts_cut_a_causal_launch_of_few_units_into_as_many_equal_parts_as_fit_one_round():
+def test_split_parts_cut_the_units_of_a_causal_launchs_last_round_into_as_many_equal_parts_as_fit_it():
     split_parts = cuda_build.load().fa3fp8_split_parts
     assert split_parts(32, 132, 745) == 4  # one query, 32 heads over 131072 keys: 128 of 132 CTAs
     assert split_parts(32, 66, 1024) == 2  # 256 queries, two row blocks of each head in pairs
     assert split_parts(64, 66, 1024) == 0  # 512 queries in pairs: one part each already fills 64 of 66 pairs
-    assert split_parts(133, 132, 1024) == 0  # more than a round
+    assert split_parts(160, 66, 1024) == 2  # 1280 queries in pairs: 2 rounds, and 28 pairs left, 2 parts each
+    assert split_parts(133, 132, 1024) == 132  # a round, and one unit over every CTA
+    assert split_parts(264, 132, 1024) == 0  # whole rounds
     assert split_parts(0, 132, 1024) == 0
     assert split_parts(16, 132, 9) == 0  # 8 parts of 2 of 9 key tiles save 7 ...
     assert split_parts(16, 132, 10) == 8  # ... of 10, 8: worth it from SPLIT_MIN_SAVING on
     assert split_parts(40, 132, 15) == 3 and split_parts(40, 132, 11) == 0  # 5 of 15 saves 10, 4 of 11 saves 7
 
 
+def causal_split(work_tiles, m_blocks, shares, cluster, split_rounds, block_m, seqlen_q, seqlen_k, equal=True,
+                 block_n=128):
+    """The C library's causal_split: (the first work tile cut, parts), (work_tiles, 0) when nothing is cut."""
+    first = ctypes.c_int()
+    parts = cuda_build.load().fa3fp8_causal_split(work_tiles, m_blocks, shares, cluster, split_rounds, block_m,
+                                                  block_n, seqlen_q, seqlen_k, int(equal), ctypes.byref(first))
+    return (first.value, parts) if parts else (work_tiles, 0)
+
+
+@needs_nvcc
+def test_causal_split_cuts_the_last_round_of_a_launch_of_at_most_split_rounds_rounds():
+    # 1280 queries of 32 heads over 131072 keys, two consumers in pairs: 10 row blocks a head, 320 work tiles, 160
+    # pairs on 66: two rounds, then the last 28 pairs (56 work tiles) in 2 parts each, where 3 rounds are allowed
+    assert causal_split(320, 10, 66, 2, 1, 128, 1280, 131072) == (320, 0)
+    assert causal_split(320, 10, 66, 2, 2, 128, 1280, 131072) == (320, 0)
+    assert causal_split(320, 10, 66, 2, 3, 128, 1280, 131072) == (264, 2)
+    # fewer work tiles than CTAs: all of them, as many parts as fit one round (split_rounds 1 or more)
+    for split_rounds in (1, 4):
+        assert causal_split(32, 1, 132, 1, split_rounds, 128, 1, 131072) == (0, 4)
+    # 640 queries alone: 5 row blocks a head, 160 work tiles on 132 CTAs, the last 28 in 4 parts
+    assert causal_split(160, 5, 132, 1, 2, 128, 640, 131072) == (132, 4)
+    assert causal_split(264, 5, 132, 1, 4, 128, 640, 131072) == (264, 0)  # whole rounds
+
+
+@needs_nvcc
+def test_causal_split_counts_the_key_tiles_of_the_longest_work_tile_cut():
+    # one head of 16384 queries and keys (causal from the diagonal), 128-row blocks: 128 work tiles on 100 CTAs, the
+    # last 28 (row blocks 27 down to 0, 28 key tiles at most) in 3 parts: saves 18 key tiles
+    assert causal_split(128, 128, 100, 1, 2, 128, 16384, 16384) == (100, 3)
+    # ... where row blocks 9 down to 0 (10 key tiles at most), the last 10 of 110 work tiles, in 10 parts save 9
+    assert causal_split(110, 110, 100, 1, 2, 128, 14080, 14080) == (100, 10)
+    # ... and 8 of 108 (row blocks 7 to 0) save 7 of 8 key tiles: too little; the longest sequence's bound (110 key
+    # tiles), not knowing the lengths, would cut them
+    assert causal_split(108, 108, 100, 1, 2, 128, 13824, 13824) == (108, 0)
+    assert causal_split(108, 108, 100, 1, 2, 128, 13824, 13824, equal=False) == (100, 12)
+    # 16 heads of 10 row blocks at 1280 queries and keys: the last 23 of 160 work tiles on 137 CTAs start at head
+    # 13's row block 2 (3 key tiles) and take in heads 14 and 15, whose row block 9 sees 10: 5 parts save 8
+    assert causal_split(160, 10, 137, 1, 2, 128, 1280, 1280) == (137, 5)
+    # pairs see their later block's key tiles: 2 heads of 4 row blocks in pairs, 8 work tiles, 4 pairs on 3; the last
+    # pair (row blocks 1 and 0) sees 2 key tiles of 128 at 512 queries and keys: too few to cut
+    assert causal_split(8, 4, 3, 2, 2, 128, 512, 512) == (8, 0)
+    assert causal_split(8, 4, 3, 2, 2, 128, 512, 512 + 8192) == (6, 3)
+
+
+@needs_nvcc
 def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta_four_with_folds():
     # what attention_sm90._split_workspace allocates and plan_split requires: fp32 O (rows x d) and lse (rows)
     workspace_bytes = cuda_build.load().fa3fp8_split_workspace_bytes
@@ -763,15 +818,19 @@ def test_row_max_that_jumps_far_from_tile_to_tile(fp8, settings, causal):
                            {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True}),
                           ([100, 40], [20000, 9000], 16, 2, True, {}),
                           ([300, 40], [20000, 9000], 16, 2, True,
-                           {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2})],
+                           {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 2}),
+                          ([640], [20000], 32, 8, True, {"split_rounds": 2}),
+                          ([1280], [20000], 32, 8, True, {"split_rounds": 3})],
                          ids=["pairs", "folds", "three-consumers", "three-consumers-folds", "causal",
-                              "causal-three-consumers-pairs"])
+                              "causal-three-consumers-pairs", "causal-last-round", "causal-last-round-pairs"])
 def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads, causal, settings):
     # BF16 d128: more work tiles (pairs: 9 heads of 16 row blocks; folds: 2 x 12 heads of 12 folds, with three
     # consumers 12 heads of 16 folds of 192 rows) than SMs, the last round a few, or (three consumers: 9 heads of 11
     # row blocks of 192, one CTA each) fewer; causal, one CTA per work tile, fewer than SMs: 2 x 16 heads of a row
     # block of 128, each cut into 4 parts (three consumers in pairs: a pair of blocks of 192, 2 parts) of up to 20000
-    # keys. Split along the keys and merged, the output moves by rounding only (and does move: the split ran)
+    # keys; causal over more rounds (split_rounds): 32 heads of 5 row blocks of 128, 160 work tiles, the last 28 in 4
+    # parts, and of 10 in pairs, 160 pairs, the last 28 (on 66 pairs) in 2. Split along the keys and merged, the
+    # output moves by rounding only (and does move: the split ran)
     d = 128
     gen = torch.Generator(device="cuda").manual_seed(d)
     q, cu_q = _packed(lens_q, heads, d, gen)

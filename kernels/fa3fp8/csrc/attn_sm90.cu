@@ -93,7 +93,6 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int consumer
 
 
 extern "C" {
-extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
 // unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
@@ -102,15 +101,17 @@ extern "C" {
 // tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
 // (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
 // the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
-// may be split along the keys (TailSplit); null never splits.
+// may be split along the keys (TailSplit); null never splits. split_rounds (at least 1): a causal launch of one CTA
+// per work tile splits its last round where its work tiles fill at most this many rounds of the SMs.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, int max_seqlen_k,
                         float qk_scale_log2, int causal, int loop, int consumers, int block_n, int out_bf16,
-                        int cluster, int fold, void* workspace, long long workspace_bytes, void* stream) {
-  if ((d != 128 && d != 256) || (consumers != 2 && consumers != 3) || (block_n != 128 && block_n != 256) ||
-      (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
+                        int cluster, int fold, void* workspace, long long workspace_bytes, int split_rounds,
+                        void* stream) {
+  if ((d != 128 && d != 256) || split_rounds < 1 || (consumers != 2 && consumers != 3) ||
+      (block_n != 128 && block_n != 256) || (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
       (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
       (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
@@ -128,6 +129,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.total_k = total_k;
   l.workspace = static_cast<float*>(workspace);
   l.workspace_bytes = workspace_bytes;
+  l.split_rounds = split_rounds;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
@@ -149,13 +151,13 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // cluster: 1, or 2 CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a
 // causal mask; three consumers too);
 // fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP, or three consumers; 128-key tiles at d128),
-// 0 one CTA per work tile; workspace as above. Returns as above.
+// 0 one CTA per work tile; workspace and split_rounds as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int consumers,
                     int block_n, int bf16, int cluster, int fold, void* workspace, long long workspace_bytes,
-                    void* stream) {
-  if (d != 128 && d != 256) return UNSUPPORTED;
+                    int split_rounds, void* stream) {
+  if ((d != 128 && d != 256) || split_rounds < 1) return UNSUPPORTED;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool three = consumers == 3;
   const bool narrow = d == 128 && block_n == 128 && (three ? loop == SERIAL : loop == OVERLAP);
@@ -178,6 +180,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.total_k = total_k;
   l.workspace = static_cast<float*>(workspace);
   l.workspace_bytes = workspace_bytes;
+  l.split_rounds = split_rounds;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, consumers, cluster, fold != 0, l)
@@ -198,9 +201,15 @@ int fa3fp8_split_units(int units, int shares, int key_tiles, int fold) {
   return split_units(units, shares, key_tiles, fold ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING);
 }
 
-// A causal launch's split, for tests without a GPU: split_parts of `units` units on `shares` CTAs (pairs)
+// A causal launch's split, for tests without a GPU: split_parts of `units` units on `shares` CTAs (pairs); and
+// causal_split's parts, with its first work tile cut at *from
 int fa3fp8_split_parts(int units, int shares, int key_tiles) {
   return split_parts(units, shares, key_tiles, SPLIT_MIN_SAVING);
+}
+int fa3fp8_causal_split(int work_tiles, int m_blocks, int shares, int cluster, int split_rounds, int block_m,
+                        int block_n, int max_seqlen_q, int max_seqlen_k, int equal, int* from) {
+  return causal_split(work_tiles, m_blocks, shares, cluster, split_rounds, block_m, block_n, max_seqlen_q,
+                      max_seqlen_k, equal != 0, *from);
 }
 
 void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* unit, int* begin, int* end,
@@ -253,8 +262,6 @@ int fa3fp8_fold_key_tiles(int block_m, int m_blocks, int seqlen_q, int seqlen_k)
   if (block_m == 3 * WG_ROWS) return fold_key_tiles<3 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);
   return -1;
 }
-
-}  // extern "C"
 
 }  // extern "C"
 

@@ -94,7 +94,8 @@ struct Params {
 // work tiles' key tiles in turn, at most key_tiles) into segments, the parts that each of the `grid` CTAs takes of
 // their units x key_tiles tile iterations; a segment's normalized O and lse go to o / lse, and merge_segments
 // combines them. from = the launch's work_tiles: nothing is split. A causal launch of one CTA per work tile instead
-// cuts each unit's key tiles into `parts` segments of equal length (from = 0, grid = units x parts CTAs).
+// cuts the key tiles of each unit of its last round into `parts` segments of equal length (grid: the launch's CTAs,
+// one per work tile before `from`, then units x parts x CLUSTER).
 struct TailSplit {
   float* o;
   float* lse;
@@ -1220,6 +1221,7 @@ struct Launch {
   int total_k;
   float* workspace;  // the tail split's segments (split_workspace_bytes); null: never split
   size_t workspace_bytes;
+  int split_rounds;  // the most rounds of the SMs a causal launch of one CTA per work tile fills and still splits
   cudaStream_t stream;
 };
 
@@ -1249,36 +1251,61 @@ inline int split_units(int units, int shares, int key_tiles, int min_saving) {
   return tail > 0 && key_tiles - share >= min_saving ? tail : 0;
 }
 
+// Key tiles that causal row blocks first_blk to last_blk (a pair's two, or one) of block_m rows see in a sequence of
+// seqlen_q queries and seqlen_k keys, on tiles of block_n keys, counted as tile_at counts them (tile_at keeps its own
+// expression, whose machine code the per-tile causal kernels share); 0 when first_blk has no rows
+inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_blk, int seqlen_q, int seqlen_k) {
+  const int hi = std::max(std::min(seqlen_k, (last_blk + 1) * block_m + seqlen_k - seqlen_q), 0);
+  return first_blk * block_m < seqlen_q ? (hi + block_n - 1) / block_n : 0;
+}
+
 // Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks even), every sequence
-// seqlen_q queries and seqlen_k keys long: a fold is row blocks m_blocks - 1 - f and f, their key tiles (counted as
-// tile_at counts them; tile_at keeps its own expression, whose machine code the per-tile causal kernels share) its
+// seqlen_q queries and seqlen_k keys long: a fold is row blocks m_blocks - 1 - f and f, their key tiles its
 // iterations
 template <int BLOCK_M, int BLOCK_N>
 int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
-  auto tiles = [&](int m_blk) {
-    const int hi = std::max(std::min(seqlen_k, (m_blk + 1) * BLOCK_M + seqlen_k - seqlen_q), 0);
-    return m_blk * BLOCK_M < seqlen_q ? (hi + BLOCK_N - 1) / BLOCK_N : 0;
-  };
+  auto tiles = [&](int m_blk) { return causal_key_tiles(BLOCK_M, BLOCK_N, m_blk, m_blk, seqlen_q, seqlen_k); };
   int most = 0;
   for (int f = 0; f < m_blocks / 2; ++f) most = max(most, tiles(m_blocks - 1 - f) + tiles(f));
   return most;
 }
 
 // Parts into which a causal launch of `units` work units (a CTA's work tile or a pair's two) on `shares` resident
-// CTAs (pairs) cuts each unit's keys, at most key_tiles key tiles, or 0: as many as fit in one round, where that
-// takes min_saving key tiles off the longest unit's time. Equal parts keep the CTAs of heads that share K/V reading
-// the same keys at once (L2 serves them); even shares of all units' key tiles, as the tail split deals them, would
-// fill the last CTAs but scatter their reads (H200, session 26: 512 queries in pairs over 131072 keys, 64 units on
-// 66 pairs, ran 7-9% slower split that way than unsplit).
+// CTAs (pairs) cuts the keys of each unit of its last round (units % shares of them: all when fewer than shares), at
+// most key_tiles key tiles, or 0: as many as fit in that round, where that takes min_saving key tiles off its longest
+// unit's time. Equal parts keep the CTAs of heads that share K/V reading the same keys at once (L2 serves them);
+// even shares of all units' key tiles, as the tail split deals them, would fill the last CTAs but scatter their reads
+// (H200, session 26: 512 queries in pairs over 131072 keys, 64 units on 66 pairs, ran 7-9% slower split that way
+// than unsplit).
 inline int split_parts(int units, int shares, int key_tiles, int min_saving) {
-  const int parts = units > 0 ? shares / units : 0;
+  const int tail = shares > 0 ? units % shares : 0, parts = tail > 0 ? shares / tail : 0;
   return parts >= 2 && key_tiles - (key_tiles + parts - 1) / parts >= min_saving ? parts : 0;
 }
 
+// The split of a causal launch of one CTA per work tile: its work_tiles work tiles (numbered as tile_at numbers them:
+// m_blocks row blocks of block_m rows per sequence and head, longest first), in units of `cluster`, on `shares`
+// resident CTAs (pairs). Where the units fill at most split_rounds rounds, those of the last round, the work tiles
+// from `from` on, are cut into the split_parts parts returned (0: nothing split), counting as many key tiles (of
+// block_n keys) as the longest sequence's keys fill, or with `equal` lengths (every sequence max_seqlen_q queries and
+// max_seqlen_k keys) those of the longest work tile cut: a head's longest where the cut reaches past from's head,
+// else from's own.
+inline int causal_split(int work_tiles, int m_blocks, int shares, int cluster, int split_rounds, int block_m,
+                        int block_n, int max_seqlen_q, int max_seqlen_k, bool equal, int& from) {
+  const int units = work_tiles / cluster, tail = shares > 0 ? units % shares : 0;
+  from = work_tiles - tail * cluster;
+  if (tail == 0 || units > (long long)split_rounds * shares) return 0;
+  int key_tiles = (max_seqlen_k + block_n - 1) / block_n;
+  if (equal) {
+    const int rank = from + m_blocks >= work_tiles ? from % m_blocks : 0, m_blk = m_blocks - 1 - rank;
+    const int first = cluster == 2 ? m_blk & ~1 : m_blk, last = cluster == 2 ? m_blk | 1 : m_blk;
+    key_tiles = causal_key_tiles(block_m, block_n, first, last, max_seqlen_q, max_seqlen_k);
+  }
+  return split_parts(units, shares, key_tiles, SPLIT_MIN_SAVING);
+}
+
 // The split of a launch of `work_tiles` work tiles on `ctas` resident CTAs, where the workspace holds it; else nothing
-// split. A persistent launch (no causal mask, or folds) splits its last round where split_units finds one. A causal
-// launch of one CTA per work tile cuts every work unit into split_parts parts (a few queries over a long context),
-// counting as many key tiles as the longest sequence's keys fill; its work tiles see at most that many. Folds split
+// split. A persistent launch (no causal mask, or folds) splits its last round where split_units finds one; a causal
+// launch of one CTA per work tile where causal_split finds parts (a few queries over a long context). Folds split
 // only when every sequence has the longest one's lengths (total = batch x longest, of queries and of keys): their
 // iterations are then bounded by fold_key_tiles.
 template <int BLOCK_M, int BLOCK_N, int D, bool CAUSAL, int CLUSTER, bool FOLD>
@@ -1287,15 +1314,17 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
   int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
   const bool room = l.workspace != nullptr && ctas <= MAX_SPLIT_CTAS &&
                     split_workspace_bytes(ctas, BLOCK_M, D, FOLD) <= (long long)l.workspace_bytes;
+  const bool equal = p.total_q == l.batch * l.max_seqlen_q && l.total_k == l.batch * l.max_seqlen_k;
   if constexpr (CAUSAL && !FOLD) {
-    const int units = p.work_tiles / TILES, parts = split_parts(units, ctas / CLUSTER, key_tiles, SPLIT_MIN_SAVING);
+    int from;
+    const int parts = causal_split(p.work_tiles, p.m_blocks, ctas / CLUSTER, CLUSTER, l.split_rounds, BLOCK_M,
+                                   BLOCK_N, l.max_seqlen_q, l.max_seqlen_k, equal, from);
     if (!room || parts == 0) return unsplit(p.work_tiles);
-    const int grid = units * parts * CLUSTER;
-    return TailSplit{l.workspace, l.workspace + (size_t)segments_per_cta(FOLD) * ctas * BLOCK_M * D, 0, units,
-                     key_tiles, grid, grid, parts};
+    const int grid = from + (p.work_tiles - from) * parts;
+    return TailSplit{l.workspace, l.workspace + (size_t)segments_per_cta(FOLD) * ctas * BLOCK_M * D, from,
+                     (p.work_tiles - from) / CLUSTER, key_tiles, grid, grid, parts};
   }
   if constexpr (FOLD) {
-    const bool equal = p.total_q == l.batch * l.max_seqlen_q && l.total_k == l.batch * l.max_seqlen_k;
     key_tiles = equal ? fold_key_tiles<BLOCK_M, BLOCK_N>(p.m_blocks, l.max_seqlen_q, l.max_seqlen_k) : 0;
   }
   const int min_saving = FOLD ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING;
@@ -1351,8 +1380,8 @@ cudaError_t launch(const Launch& l) {
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
       (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
-  // a causal launch of one CTA per work tile may split only when it has fewer work tiles than SMs (plan_split)
-  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < ctas)) {
+  // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split)
+  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < (long long)ctas * l.split_rounds)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     if constexpr (CLUSTER == 2) {
