@@ -1,6 +1,6 @@
 """Causal attention of a few queries over a long context on one GPU: the CUDA kernel with two and three consumer
 warpgroups, alone, in pairs of CTAs and in folds, and the public API's choice, beside SDPA with a bottom-right causal
-mask.
+mask; the last lines name the fastest setting of each case and the API's rate against it.
 
     python benchmarks/few_queries.py [--queries 1,64,128,192,256,512,1024] [--keys 32768,131072] [--out DIR]
 
@@ -110,6 +110,18 @@ def check(fp8):
             raise SystemExit(f"{name} ({'fp8' if fp8 else 'bf16'}): relative RMSE {err:.2e} against fp64")
 
 
+def summary(rows):
+    """One line per (dtype, keys, queries): the fastest of the CUDA launcher's settings, and the API's rate as a
+    fraction of it (below 1: best_settings chose slower than a setting timed beside it)."""
+    lines = []
+    for dtype, keys, queries in sorted({(r["dtype"], r["keys"], r["queries"]) for r in rows}):
+        case = {r["impl"]: r["tflops"] for r in rows if (r["dtype"], r["keys"], r["queries"]) == (dtype, keys, queries)}
+        fastest = max((name for name in case if name.startswith("cuda-")), key=case.get)
+        lines.append(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  fastest {fastest:18s} {case[fastest]:7.2f}  "
+                     f"fa3fp8 {case['fa3fp8']:7.2f} ({case['fa3fp8'] / case[fastest]:.3f} of it)")
+    return lines
+
+
 def plot(rows, path):
     """TFLOPS against the query count, one panel per (dtype, keys)."""
     import matplotlib
@@ -167,6 +179,7 @@ def main():
                                                   "kv_heads": KV_HEADS, "d": D, "rows": rows}, indent=1))
     plot(rows, out / f"{stem}.png")
     print(f"wrote {out / stem}.json")
+    print("\n".join(summary(rows)))
 
 
 if __name__ == "__main__":

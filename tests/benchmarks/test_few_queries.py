@@ -44,6 +44,17 @@ def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_
         assert short.items() <= few.SETTINGS[fp8][name].items(), fp8
 
 
+def test_summary_names_the_fastest_setting_and_the_apis_rate_against_it(few):
+    rows = [dict(impl=impl, dtype="fp8", queries=640, keys=131072, tflops=tflops)
+            for impl, tflops in [("fa3fp8", 600.0), ("cuda-two-auto", 600.0), ("cuda-two-rounds", 750.0),
+                                 ("sdpa-lower-right", 900.0)]]
+    rows.append(dict(impl="fa3fp8", dtype="bf16", queries=1, keys=4096, tflops=5.0))
+    rows.append(dict(impl="cuda-two", dtype="bf16", queries=1, keys=4096, tflops=4.0))
+    bf16, fp8 = few.summary(rows)
+    assert "fastest cuda-two " in bf16 and "(1.250 of it)" in bf16
+    assert "fastest cuda-two-rounds" in fp8 and "(0.800 of it)" in fp8  # SDPA is not a setting
+
+
 def test_plot_writes_a_png(few, tmp_path):
     rows = [dict(impl=impl, dtype=dtype, queries=q, keys=4096, tflops=float(q))
             for impl in ("fa3fp8", "cuda-two") for dtype in ("bf16", "fp8") for q in (1, 64, 512)]
