@@ -125,6 +125,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_split_parts.argtypes = [i] * 3
     lib.fa3fp8_causal_split.restype = i
     lib.fa3fp8_causal_split.argtypes = [i] * 10 + [ctypes.POINTER(i)]
+    lib.fa3fp8_causal_items.restype = None
+    lib.fa3fp8_causal_items.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     lib.fa3fp8_tail_segments.restype = None
     lib.fa3fp8_tail_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     lib.fa3fp8_fold_segments.restype = None

@@ -541,6 +541,27 @@ def test_causal_split_counts_the_key_tiles_of_the_longest_work_tile_cut():
 
 
 @needs_nvcc
+@pytest.mark.parametrize("first,units,parts,cluster,seed", [(0, 32, 4, 1, 0), (0, 32, 2, 2, 1), (132, 28, 4, 1, 2),
+                                                             (264, 28, 2, 2, 3), (7, 3, 5, 1, 4)])
+def test_causal_items_cover_each_cut_work_tile_once_and_the_merge_finds_them(first, units, parts, cluster, seed):
+    # the kernel's causal split: items x of grid - first, each part of a work tile from `first` on; a unit's parts
+    # adjacent; merge_segments reads each work tile's parts at the items that wrote them
+    rng = random.Random(seed)
+    tiles, items = units * cluster, units * parts * cluster
+    n_tiles = (ctypes.c_int * tiles)(*(rng.randrange(0, 200) for _ in range(tiles)))
+    tile, begin, end = ((ctypes.c_int * items)() for _ in range(3))
+    slot = (ctypes.c_int * (tiles * parts))()
+    cuda_build.load().fa3fp8_causal_items(first, units, parts, cluster, n_tiles, tile, begin, end, slot)
+    for i in range(tiles):
+        mine = sorted((begin[x], end[x], x) for x in range(items) if tile[x] == first + i)
+        assert [b for b, _, _ in mine] == [0] + [e for _, e, _ in mine[:-1]] and mine[-1][1] == n_tiles[i]
+        assert len(mine) == parts and sorted(slot[i * parts + c] for c in range(parts)) == sorted(x for *_, x in mine)
+        assert all(x // (cluster * parts) == i // cluster for *_, x in mine)  # the unit's parts are adjacent
+    for x in range(items):  # a part's keys differ from the next part's by at most one key tile
+        assert abs((end[x] - begin[x]) - n_tiles[tile[x] - first] / parts) < 1
+
+
+@needs_nvcc
 def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta_four_with_folds():
     # what attention_sm90._split_workspace allocates and plan_split requires: fp32 O (rows x d) and lse (rows)
     workspace_bytes = cuda_build.load().fa3fp8_split_workspace_bytes

@@ -212,6 +212,22 @@ int fa3fp8_causal_split(int work_tiles, int m_blocks, int shares, int cluster, i
                       max_seqlen_k, equal != 0, *from);
 }
 
+// A causal split's items, for tests without a GPU: of the work tiles from `from` on (n_tiles[i] key tiles for work
+// tile from + i), `units` units of `cluster` cut into `parts` parts, item x's work tile (tile[x]) and key tiles
+// (begin[x], end[x]), and the item that merge_segments reads for part c of work tile from + i (slot[i x parts + c])
+void fa3fp8_causal_items(int from, int units, int parts, int cluster, const int* n_tiles, int* tile, int* begin,
+                         int* end, int* slot) {
+  const TailSplit split = {nullptr, nullptr, from, units, 0, 0, 0, parts};
+  for (int x = 0; x < units * parts * cluster; ++x) {
+    int part;
+    tile[x] = cluster == 2 ? causal_item<2>(split, x, part) : causal_item<1>(split, x, part);
+    causal_part(split, part, n_tiles[tile[x] - from], begin[x], end[x]);
+  }
+  for (int i = 0; i < units * cluster; ++i)
+    for (int c = 0; c < parts; ++c)
+      slot[i * parts + c] = cluster == 2 ? causal_slot<2>(split, i / 2, i % 2, c) : causal_slot<1>(split, i, 0, c);
+}
+
 void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* unit, int* begin, int* end,
                           int* first, int* last) {
   const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0, 0};

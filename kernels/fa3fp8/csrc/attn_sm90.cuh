@@ -647,6 +647,27 @@ __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c,
   return -1;
 }
 
+// A causal split's item x (counted from split.from): part `part` (of split.parts) of the work tile returned, rank
+// x % CLUSTER of its unit, so that the parts of a unit are adjacent items and the CTAs on heads that share K/V read
+// the same keys at once; causal_slot is its inverse, the item of part `part` of the work tile of rank `rank` in unit
+// `unit` (work tile split.from + unit x CLUSTER + rank)
+template <int CLUSTER>
+__host__ __device__ __forceinline__ int causal_item(const TailSplit& split, int x, int& part) {
+  part = x / CLUSTER % split.parts;
+  const int unit = x / CLUSTER / split.parts;
+  return split.from + unit * CLUSTER + x % CLUSTER;
+}
+template <int CLUSTER>
+__host__ __device__ __forceinline__ int causal_slot(const TailSplit& split, int unit, int rank, int part) {
+  return (unit * split.parts + part) * CLUSTER + rank;
+}
+
+// Key tiles [begin, end) of part `part` of a work tile's n_tiles, split.parts equal parts
+__host__ __device__ __forceinline__ void causal_part(const TailSplit& split, int part, int n_tiles, int& begin,
+                                                     int& end) {
+  begin = part * n_tiles / split.parts, end = (part + 1) * n_tiles / split.parts;
+}
+
 // Bytes of a CTA's O rows (16-bit output) where its shared memory has room for them beside Q and the ring, else 0
 // (16-bit d128 on 176-key tiles, d256 on 80-key ones, FP8 d128 on 256-key ones fill it). Those kernels stage O: each
 // consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead of D / 4
@@ -685,11 +706,9 @@ __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& spli
         !fold_piece(begin, end, piece, n_long, t.n_tiles, begin, end))
       return false;
   } else if constexpr (CAUSAL) {
-    const int part = x / CLUSTER % split.parts;
-    unit = x / CLUSTER / split.parts;
-    if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + unit * CLUSTER + x % CLUSTER, t))
-      return false;
-    begin = part * t.n_tiles / split.parts, end = (part + 1) * t.n_tiles / split.parts;
+    int part;
+    if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, causal_item<CLUSTER>(split, x, part), t)) return false;
+    causal_part(split, part, t.n_tiles, begin, end);
   } else {
     const int cta = x % split.grid;
     if (!tail_segment<CLUSTER>(split, cta / CLUSTER, x / split.grid, unit, begin, end) ||
@@ -1130,7 +1149,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
       if constexpr (FOLD) {
         if (c <= last) slot = fold_slot(split, c, unit, rank, n_long, t.n_tiles);
       } else if constexpr (CAUSAL) {
-        if (c <= last) slot = (unit * split.parts + c) * CLUSTER + rank;
+        if (c <= last) slot = causal_slot<CLUSTER>(split, unit, rank, c);
       } else {
         int u, begin, end;
         if (c <= last && tail_segment<CLUSTER>(split, c, 0, u, begin, end) && u == unit)
