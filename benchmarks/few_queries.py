@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention as bench  # noqa: E402
 import fa3fp8  # noqa: E402
+from fa3fp8 import attention_sm90  # noqa: E402
+from fa3fp8.gpu import sm_count  # noqa: E402
 from fa3fp8.reference import attention_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
@@ -83,6 +85,12 @@ def sdpa_lower_right(q, k, v):
     return lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
 
 
+def api_settings(fp8, queries, keys, sms):
+    """The CUDA launcher's settings that the API takes for one sequence of `queries` over `keys` on `sms` SMs
+    (attention_sm90.best_settings, as fa3fp8.attention calls it)."""
+    return attention_sm90.best_settings(D, fp8, True, keys, equal_lengths=True, launch=(HEADS, queries, sms))
+
+
 def runners(fp8, q, k, v):
     """{name: closure} for one dtype: the API's default, each of SETTINGS, and (BF16) SDPA; FP8 on quantize_qkv's
     bundle of q, k, v, quantized here (for the CUDA kernel, V key-permuted)."""
@@ -112,13 +120,14 @@ def check(fp8):
 
 def summary(rows):
     """One line per (dtype, keys, queries): the fastest of the CUDA launcher's settings, and the API's rate as a
-    fraction of it (below 1: best_settings chose slower than a setting timed beside it)."""
+    fraction of it (below 1: best_settings chose slower than a setting timed beside it) with the settings it took."""
     lines = []
     for dtype, keys, queries in sorted({(r["dtype"], r["keys"], r["queries"]) for r in rows}):
-        case = {r["impl"]: r["tflops"] for r in rows if (r["dtype"], r["keys"], r["queries"]) == (dtype, keys, queries)}
-        fastest = max((name for name in case if name.startswith("cuda-")), key=case.get)
-        lines.append(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  fastest {fastest:18s} {case[fastest]:7.2f}  "
-                     f"fa3fp8 {case['fa3fp8']:7.2f} ({case['fa3fp8'] / case[fastest]:.3f} of it)")
+        case = {r["impl"]: r for r in rows if (r["dtype"], r["keys"], r["queries"]) == (dtype, keys, queries)}
+        fastest = max((name for name in case if name.startswith("cuda-")), key=lambda name: case[name]["tflops"])
+        best, api = case[fastest]["tflops"], case["fa3fp8"]
+        lines.append(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  fastest {fastest:18s} {best:7.2f}  "
+                     f"fa3fp8 {api['tflops']:7.2f} ({api['tflops'] / best:.3f} of it) {api.get('settings')}")
     return lines
 
 
@@ -168,6 +177,8 @@ def main():
                     median = sorted(tflops)[len(tflops) // 2]
                     rows.append(dict(impl=name, dtype=dtype, queries=queries, keys=keys, tflops=round(median, 2),
                                      runs=[round(t, 2) for t in tflops]))
+                    if name == "fa3fp8":
+                        rows[-1]["settings"] = api_settings(fp8, queries, keys, sm_count(q.device))
                     line.append(f"{name} {median:7.2f}")
                 print(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  " + "  ".join(line), flush=True)
                 del q, k, v, named

@@ -48,11 +48,19 @@ def test_summary_names_the_fastest_setting_and_the_apis_rate_against_it(few):
     rows = [dict(impl=impl, dtype="fp8", queries=640, keys=131072, tflops=tflops)
             for impl, tflops in [("fa3fp8", 600.0), ("cuda-two-auto", 600.0), ("cuda-two-rounds", 750.0),
                                  ("sdpa-lower-right", 900.0)]]
-    rows.append(dict(impl="fa3fp8", dtype="bf16", queries=1, keys=4096, tflops=5.0))
+    rows.append(dict(impl="fa3fp8", dtype="bf16", queries=1, keys=4096, tflops=5.0, settings={"fold": True}))
     rows.append(dict(impl="cuda-two", dtype="bf16", queries=1, keys=4096, tflops=4.0))
     bf16, fp8 = few.summary(rows)
-    assert "fastest cuda-two " in bf16 and "(1.250 of it)" in bf16
+    assert "fastest cuda-two " in bf16 and "(1.250 of it) {'fold': True}" in bf16
     assert "fastest cuda-two-rounds" in fp8 and "(0.800 of it)" in fp8  # SDPA is not a setting
+
+
+def test_api_settings_are_what_best_settings_takes_for_one_sequence(few):
+    # up to SHORT_CAUSAL_MAX_KEYS the folds; beyond, few waves pick two or three consumers by few_waves_time
+    for fp8 in (False, True):
+        assert few.api_settings(fp8, 1024, 4096, 132)["fold"]
+        assert few.api_settings(fp8, 1, 131072, 132) == attention_sm90.FEW_WAVES_SETTINGS
+        assert few.api_settings(fp8, 16384, 131072, 132) == attention_sm90.FASTER[(128, fp8, True)]
 
 
 def test_plot_writes_a_png(few, tmp_path):
