@@ -91,17 +91,17 @@ SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # faster of two and three consumers timed beside it, against two consumers unsplit 1.5 / 99 / 197 / 294 / 391 / 537 /
 # 635 / 555 / 649 (BF16) and SDPA with a lower-right mask 3.9 / 236 / 283 / 279 / 296 / 300 / 293 / 271 / 339.
 FEW_WAVES = {False: 8, True: 2}
+FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
+# Per-row speed of three consumers in order over two overlapped on work tiles whose rows all count, causal, one CTA
+# per work tile over long keys (H200, session 25, 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 /
+# 880): few_waves_time's weight.
+THREE_CONSUMER_SPEED = 1.06
 # The most rounds of the SMs that a causal launch of one CTA per work tile may fill and still split its last round's
 # work tiles along the keys (csrc/attn_sm90.cuh's causal_split), as launches of fewer work tiles than SMs (1 round)
 # split all of theirs. Launches of a few rounds (1280 queries of 32 heads in pairs: 160 units on 66 pairs, 2.4
 # rounds) would then take 2.5 rounds of full work tiles' time, not 3. Not yet timed on a GPU: 1 until
 # `benchmarks/few_queries.py` (its "-rounds" settings) shows where more pays.
 CAUSAL_SPLIT_ROUNDS = 1
-FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
-# Per-row speed of three consumers in order over two overlapped on work tiles whose rows all count, causal, one CTA
-# per work tile over long keys (H200, session 25, 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 /
-# 880): few_waves_time's weight.
-THREE_CONSUMER_SPEED = 1.06
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
 # three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
@@ -340,8 +340,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     default tiles, d128's 128-key ones overlapped without a causal mask, or three consumers; not with `fold`; None:
     cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two
     consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds` and `max_seqlen_k` as
-    there. Returns
-    out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n

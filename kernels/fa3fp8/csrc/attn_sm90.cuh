@@ -9,8 +9,8 @@
 // V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
 // and first K/V tiles while the consumers finish the current one. A persistent launch's last round that would leave
 // CTAs idle (no causal mask, or causal folds of equal-length sequences), and a causal launch of fewer work tiles
-// than CTAs fit at once (a few queries over a long context), is split along the keys over all of them, and
-// merge_segments combines the parts (TailSplit).
+// than CTAs fit at once (a few queries over a long context) or its last round (of up to split_rounds), is split
+// along the keys over all of them, and merge_segments combines the parts (TailSplit).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
 // by tile (Hkv, D, n_blocks_k * 128) with its keys permuted within 32-key groups (see pack_p), one fp32 scale per
@@ -688,9 +688,8 @@ __host__ __device__ constexpr bool splits_tail() {
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
 // cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair (folds:
-// fold_item's segment of the share; causal launches of one CTA per work tile: part x / CLUSTER % parts of unit
-// x / CLUSTER / parts, so that the CTAs on heads that share K/V read the same keys at once). False when the item has
-// no rows (varlen) or the share no segment `seg` (folds: no keys of that piece).
+// fold_item's segment of the share; causal launches of one CTA per work tile: causal_item's part of a work tile).
+// False when the item has no rows (varlen) or the share no segment `seg` (folds: no keys of that piece).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
 __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
   if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
@@ -1380,9 +1379,9 @@ cudaError_t launch(const Launch& l) {
   // Causal tiles differ in length, and dealt round-robin they leave some CTAs far more work than others (CTA 0
   // got every long row block at S16K: 448 TFLOPS against 620 in the H200 run); dealt longest first across heads
   // they lose L2's reuse of K and V at S64K (583 against 661). So a causal launch gives each CTA one work tile and
-  // lets the hardware deal them in order, head by head and longest first; one with fewer work tiles than SMs
-  // splits them along the keys over every CTA instead (plan_split). FOLD deals persistent CTAs whole folds (a long
-  // and a short row block of one head, equal work for every fold).
+  // lets the hardware deal them in order, head by head and longest first; one of at most l.split_rounds rounds
+  // splits its last round's work tiles (all of them when fewer than SMs) along the keys instead (plan_split). FOLD
+  // deals persistent CTAs whole folds (a long and a short row block of one head, equal work for every fold).
   constexpr bool PERSISTENT = !CAUSAL || FOLD;
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
