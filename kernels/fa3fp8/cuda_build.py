@@ -38,11 +38,16 @@ def nvcc() -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
+def build_flags() -> tuple[str, ...]:
+    """The nvcc options of every unit: FLAGS, then FA3FP8_NVCC_FLAGS' (env.nvcc_flags; an experiment's switch)."""
+    return (*FLAGS, *env.nvcc_flags())
+
+
 def library_name(folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None) -> str:
     """File name of the built library: its first unit's stem and a hash of every source in `folder` (*.cu, *.cuh),
-    FLAGS and the units' own options (None: CSRC, UNITS)."""
+    build_flags() and the units' own options (None: CSRC, UNITS)."""
     folder, units = folder or CSRC, units or UNITS
-    digest = hashlib.sha256(" ".join(FLAGS).encode())
+    digest = hashlib.sha256(" ".join(build_flags()).encode())
     for source in sorted([*folder.glob("*.cu"), *folder.glob("*.cuh")]):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     for unit, flags in units.items():
@@ -50,10 +55,9 @@ def library_name(folder: Path | None = None, units: dict[str, tuple[str, ...]] |
     return f"lib{Path(next(iter(units))).stem}-{digest.hexdigest()[:16]}.so"
 
 
-def compile_library(output: Path, folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None,
-                    extra_flags: tuple[str, ...] = ()) -> str:
-    """Compile the units (None: CSRC, UNITS) at once, each with FLAGS, its own options and `extra_flags`, and link them
-    into the shared library `output` (written atomically); returns ptxas's reports (`-Xptxas -v`), unit by unit."""
+def compile_library(output: Path, folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None) -> str:
+    """Compile the units (None: CSRC, UNITS) at once, each with build_flags() and its own options, and link them into
+    the shared library `output` (written atomically); returns ptxas's reports (`-Xptxas -v`), unit by unit."""
     compiler = nvcc()
     if compiler is None:
         raise RuntimeError("nvcc not found: put it on PATH or set CUDA_HOME")
@@ -62,7 +66,7 @@ def compile_library(output: Path, folder: Path | None = None, units: dict[str, t
     with tempfile.TemporaryDirectory(dir=output.parent) as scratch:
         objects = [Path(scratch) / f"{Path(unit).stem}.o" for unit in units]
         runs = [
-            subprocess.Popen([compiler, *FLAGS, *flags, *extra_flags, "-Xptxas", "-v", "-c", "-o", str(obj),
+            subprocess.Popen([compiler, *build_flags(), *flags, "-Xptxas", "-v", "-c", "-o", str(obj),
                               str(folder / unit)], stderr=subprocess.PIPE, text=True)
             for (unit, flags), obj in zip(units.items(), objects)
         ]

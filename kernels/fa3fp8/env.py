@@ -44,3 +44,10 @@ def cache_dir() -> str:
 def cuda_home() -> str:
     """`CUDA_HOME` (default `/usr/local/cuda`): where nvcc is looked for when it is not on PATH."""
     return os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+
+
+def nvcc_flags() -> tuple[str, ...]:
+    """`FA3FP8_NVCC_FLAGS`: more nvcc options for the CUDA kernel library (space-separated, default none), such as an
+    experiment's switch (`-DFA3FP8_ROWSUM_MMA=1`, kernels/NOTES.md). They are part of the library's name, so each set
+    of options builds and loads a library of its own."""
+    return tuple(os.environ.get("FA3FP8_NVCC_FLAGS", "").split())

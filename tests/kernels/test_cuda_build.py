@@ -23,6 +23,15 @@ def test_library_name_follows_every_source_and_each_units_options(tmp_path):
     assert cuda_build.library_name(tmp_path, {"k.cu": ("-Xptxas", "--register-usage-level=8")}) != name
 
 
+def test_library_name_follows_the_environments_nvcc_flags(tmp_path, monkeypatch):
+    (tmp_path / "k.cu").write_text("int x;")
+    monkeypatch.delenv("FA3FP8_NVCC_FLAGS", raising=False)
+    name = cuda_build.library_name(tmp_path, {"k.cu": ()})
+    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", "-DFA3FP8_ROWSUM_MMA=1")
+    assert cuda_build.build_flags() == (*cuda_build.FLAGS, "-DFA3FP8_ROWSUM_MMA=1")
+    assert cuda_build.library_name(tmp_path, {"k.cu": ()}) != name
+
+
 @needs_nvcc
 def test_compile_error_reports_nvcc_output(tmp_path):
     (tmp_path / "good.cu").write_text("int good() { return 1; }\n")
@@ -41,6 +50,15 @@ def test_units_link_into_one_library(tmp_path):
     cuda_build.compile_library(library, tmp_path, {"a.cu": ("-DVALUE=1",), "b.cu": ("-DVALUE=2",)})
     loaded = ctypes.CDLL(str(library))
     assert (loaded.from_a(), loaded.from_b()) == (1, 2)
+
+
+@needs_nvcc
+def test_environments_nvcc_flags_reach_every_unit(tmp_path, monkeypatch):
+    (tmp_path / "a.cu").write_text('extern "C" int from_a() { return VALUE; }\n')
+    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", "-DVALUE=7")
+    library = tmp_path / "out" / "liba.so"
+    cuda_build.compile_library(library, tmp_path, {"a.cu": ()})
+    assert ctypes.CDLL(str(library)).from_a() == 7
 
 
 @pytest.fixture

@@ -27,3 +27,10 @@ def test_cache_dir(monkeypatch, tmp_path):
     assert env.cache_dir().endswith(".cache/fa3fp8")
     monkeypatch.setenv("FA3FP8_CACHE_DIR", str(tmp_path))
     assert env.cache_dir() == str(tmp_path)
+
+
+def test_nvcc_flags(monkeypatch):
+    monkeypatch.delenv("FA3FP8_NVCC_FLAGS", raising=False)
+    assert env.nvcc_flags() == ()
+    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", " -DFA3FP8_ROWSUM_MMA=1  -lineinfo ")
+    assert env.nvcc_flags() == ("-DFA3FP8_ROWSUM_MMA=1", "-lineinfo")
