@@ -8,7 +8,9 @@ compared bit for bit. For a change that should not alter results (a schedule, a 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/ with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
 revision's fa3fp8 on PYTHONPATH); where the entries' arguments have changed since, give the older source's entries
-the new signatures (ignoring what they do not use) before building it: its kernels stay as they were. Writes
+the new signatures (ignoring what they do not use) before building it: its kernels stay as they were. An
+experiment built from the same source with FA3FP8_NVCC_FLAGS set is "new" under that setting (its library has a
+name of its own); where it changes rounding, the rows' max_abs_diff says by how much. Writes
 kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
 """
 
@@ -54,6 +56,11 @@ def interleaved(runners, rounds, measure):
     return runs
 
 
+def compare(old, new):
+    """(bit-identical?, the largest absolute difference) of two builds' outputs."""
+    return torch.equal(old, new), (old.float() - new.float()).abs().max().item()
+
+
 def plot(rows, path):
     """new / old TFLOPS per shape, one bar each."""
     import matplotlib
@@ -94,16 +101,17 @@ def main():
         bundles = bench.fp8_bundles(q, k, v) if fp8 else None
         kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
         runners = {tag: on_library(lib, kernel) for tag, lib in libs.items()}
-        identical = torch.equal(runners["old"](), runners["new"]())
+        identical, max_abs_diff = compare(runners["old"](), runners["new"]())
         runs = interleaved(runners, args.rounds,
                            lambda run: bench.flops(batch, heads, seqlen, d, causal) / bench.timed(run) / 1e9)
         median = {tag: sorted(r)[len(r) // 2] for tag, r in runs.items()}
         rows.append(dict(dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings,
-                         identical=identical, old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),
+                         identical=identical, max_abs_diff=max_abs_diff,
+                         old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),
                          old_runs=[round(x, 1) for x in runs["old"]], new_runs=[round(x, 1) for x in runs["new"]]))
         print(f"{rows[-1]['dtype']:4s} d{d:<3d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
               f"old {median['old']:7.1f} new {median['new']:7.1f} TFLOPS ({median['new'] / median['old']:.3f}x) "
-              f"{'identical' if identical else 'OUTPUTS DIFFER'}  {settings}", flush=True)
+              f"{'identical' if identical else f'OUTPUTS DIFFER by {max_abs_diff:.2e}'}  {settings}", flush=True)
         del q, k, v, bundles
         torch.cuda.empty_cache()
     out = Path(args.out)

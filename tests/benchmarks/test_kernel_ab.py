@@ -1,5 +1,7 @@
 """benchmarks/kernel_ab.py, the parts that run without a GPU: the shapes and settings it times, the library swap,
-the order of the runs and the plot."""
+the order of the runs, the comparison of outputs and the plot."""
+
+import torch
 
 from fa3fp8 import attention_sm90, cuda_build
 
@@ -34,6 +36,14 @@ def test_runners_take_turns_in_alternating_order(ab):
     runs = ab.interleaved({"old": "a", "new": "b"}, 4, lambda runner: order.append(runner) or len(order))
     assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert runs == {"old": [1, 4, 5, 8], "new": [2, 3, 6, 7]}
+
+
+def test_compare_says_whether_outputs_are_identical_and_by_how_much_they_differ(ab):
+    old = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.bfloat16)
+    assert ab.compare(old, old.clone()) == (True, 0.0)
+    new = old.clone()
+    new[1, 0] = 0.25
+    assert ab.compare(old, new) == (False, 0.25)
 
 
 def test_plot_writes_a_png(ab, tmp_path):
