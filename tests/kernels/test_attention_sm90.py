@@ -32,9 +32,12 @@ def ptxas_report():
     """ptxas's `-v` report of one build, one (kernel, facts) pair per template instance. The build goes where
     `cuda_build.load()` looks for the library, so the tests that call into it load this one (a CI machine builds the
     library once)."""
-    report = cuda_build.compile_library(cuda_build.cache_path())
-    kernels = re.split(r"Compiling entry function '", report)[1:]
-    return {text.split("'", 1)[0]: text for text in kernels}
+    return entries(cuda_build.compile_library(cuda_build.cache_path()))
+
+
+def entries(report):
+    """{kernel: its part of ptxas's report} of a compile_library report."""
+    return {text.split("'", 1)[0]: text for text in re.split(r"Compiling entry function '", report)[1:]}
 
 
 # A q pointer no tensor map accepts: the C entries answer -2 for settings they have no kernel for before making the
@@ -164,6 +167,43 @@ def library_sass(ptxas_report):
                           check=True).stdout
 
 
+def sass_functions(sass):
+    """{function: its listing} of a `cuobjdump -sass` listing."""
+    return {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", sass)[1:]}
+
+
+@pytest.fixture(scope="module")
+def rowsum_build(tmp_path_factory):
+    """(ptxas's report by kernel, SASS by function) of the library built with the row-sum experiment switched on
+    (FA3FP8_NVCC_FLAGS=-DFA3FP8_ROWSUM_MMA=1, kernels/NOTES.md session 29)."""
+    if not CUOBJDUMP.is_file():
+        pytest.skip("needs triton's cuobjdump")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FA3FP8_NVCC_FLAGS", "-DFA3FP8_ROWSUM_MMA=1")
+        library = tmp_path_factory.mktemp("rowsum") / cuda_build.library_name()
+        report = entries(cuda_build.compile_library(library))
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", str(library)], capture_output=True, text=True, check=True).stdout
+    return report, sass_functions(sass)
+
+
+@needs_nvcc
+def test_rowsum_experiment_sums_rows_on_the_tensor_cores_at_the_same_register_cost(ptxas_report, rowsum_build):
+    # the switch changes only the 16-bit kernels of two consumers: one m64n8 wgmma per 16-key k-step of each P·V
+    # issue site, at the default build's registers and spills, nothing serialized
+    report, sass = rowsum_build
+    assert report.keys() == ptxas_report.keys()
+    for name, text in report.items():
+        assert "serialized" not in text, name
+        for fact in (r"Used (\d+) registers", r"(\d+) bytes spill stores"):
+            assert re.search(fact, text).group(1) == re.search(fact, ptxas_report[name]).group(1), (name, fact)
+        t = TEMPLATE.search(name)
+        row_sums = sass[name].count("HGMMA.64x8x16")
+        if t is not None and t["type"] != "E4M3E" and t["consumers"] == "2":
+            assert row_sums > 0 and row_sums % (int(t["block_n"]) // 16) == 0, name
+        else:
+            assert row_sums == 0, name
+
+
 @needs_nvcc
 def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass):
     # each wgmma takes its descriptors from uniform registers that an add or two advanced (desc_at); built from a value
@@ -186,8 +226,7 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
     # a kernel whose Q, K/V ring (and barriers, in 1 KB-aligned storage) leave room for its O rows in 16 bits within
     # sm_90's 227 KB (1 KB of it the alignment) stores O by TMA, one store per 128-byte panel of a row; the others
     # (16-bit d128 on 176-key tiles and d256 on 80-key ones, FP8 d128 on 256-key ones) store from registers
-    functions = {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", library_sass)[1:]}
-    kernels = {name: text for name, text in functions.items() if "attn_fwd" in name}
+    kernels = {name: text for name, text in sass_functions(library_sass).items() if "attn_fwd" in name}
     assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
     staged = 0
     for name, text in kernels.items():
