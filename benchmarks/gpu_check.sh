@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
-#                                [e2e]
+#                                [e2e] [ab]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
 # peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
@@ -50,6 +50,19 @@ fi
 if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows and the 128K summarize job
     DOCFLASH_EMBED_MODEL_PATH="$PWD/.tools/minilm" timeout 560 python3 benchmarks/e2e.py --tokenizer .tools/minilm \
         --out "$OUT" 2>&1 | tee "$OUT/e2e.log" | tail -30 || status=1
+fi
+if [[ "$steps" == *" ab "* ]]; then
+    # a build switch against the default library: AB_FLAGS (FA3FP8_NVCC_FLAGS of the build to try, e.g.
+    # -DFA3FP8_ROWSUM_MMA=1), built in .whl/ab unless carried there; its CUDA kernels' GPU tests, then kernel_ab.py
+    # (AB_ARGS: more of its options) with the default library as "old"
+    old=$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())') || status=1
+    (
+        export FA3FP8_NVCC_FLAGS="${AB_FLAGS:?set AB_FLAGS to the nvcc options of the build to try}"
+        export FA3FP8_CACHE_DIR="$PWD/.whl/ab"
+        timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -m gpu -o addopts="" \
+            --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/ab-tests.log" | tail -8 || exit 1
+        python3 benchmarks/kernel_ab.py "$old" ${AB_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/ab.log" | tail -30
+    ) || status=1
 fi
 if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1

@@ -444,17 +444,20 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 }
 
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + p_offset),
-// written back into s; SUM_ROWS: the row sums gain the tile's p times l_unit (else issue_row_sums takes them). A tile
+// written back into s; SUM_ROWS: the row sums gain the tile's p times l_unit (else issue_row_sums takes them); PACK
+// (16-bit): each pair of p also goes into `packed` as P·V's A fragments (as pack_p) as soon as it is computed. A tile
 // holds SB blocks of keys, each with its own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization
 // blocks). The running max m of this warp's rows moves only when some row's tile max passes it by more than
 // E::MAX_SLACK (a warp vote): otherwise p stays below 2^(p_offset + slack), alpha is 1 and the caller skips
 // rescaling O (FlashAttention-4's conditional rescale; O / l is exact either way). Returns whether m moved; alpha
 // then rescales what was accumulated before.
-template <class E, bool MASKED, bool CAUSAL, bool SUM_ROWS, int NREGS, int SB>
+template <class E, bool MASKED, bool CAUSAL, bool SUM_ROWS, bool PACK, int NREGS, int SB, int PREGS>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag,
+                                               uint32_t (&packed)[PREGS]) {
   static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
+  static_assert(!PACK || (!E::FP8 && PREGS == NREGS / 2), "16-bit P, two values per register");
   constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
@@ -498,6 +501,8 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   for (int r = 0; r < NREGS; ++r) {
     const int h = r / BLOCK_REGS, i = (r / 2) % 2;
     s[r] = ex2(MASKED ? s[r] + offset[h][i] : fmaf(s[r], scale[h], offset[h][i]));
+    if constexpr (PACK)
+      if (r % 2 == 1) packed[r / 2] = pack_half2<typename E::Out>(s[r - 1], s[r]);
   }
   if constexpr (SUM_ROWS) {
 #pragma unroll
@@ -577,9 +582,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t
 }
 
 // Kernels whose row sums come from P · ones on the tensor cores (issue_row_sums), not from FADDs (online_softmax):
-// 16-bit ones of two consumers where the build sets ROWSUM_MMA to 1, and of three too at 2 (they spill with it:
-// 16-56 bytes, in the softmax, as their 160 registers are all taken without it). FP8 cannot: tile j's P carries
-// vs_j / v_max, so P · ones would sum the scaled P.
+// 16-bit ones of two consumers where the build sets ROWSUM_MMA to 1, and of three too at 2 (their 160 registers are
+// all taken without it: they spill 0-12 bytes with it, see EARLY_PACK). FP8 cannot: tile j's P carries vs_j / v_max,
+// so P · ones would sum the scaled P.
 template <class E, int CONSUMERS>
 __host__ __device__ constexpr bool rowsum_mma() {
   return E::ROWSUM_MMA >= (CONSUMERS == 2 ? 1 : 2);
@@ -818,6 +823,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
   constexpr bool ROWSUM_MMA = rowsum_mma<E, CONSUMERS>();
+  // P packed for P·V inside the softmax, where nothing else reads it in fp32 and no P·V in flight reads pa: three
+  // consumers with the row sums on the tensor cores, whose registers are short (ptxas spills 16-56 bytes in the
+  // softmax with P packed after it, 0-12 with it packed inside)
+  constexpr bool EARLY_PACK = ROWSUM_MMA && CONSUMERS == 3 && LOOP == SERIAL;
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
@@ -990,11 +999,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
       if (j * BLOCK_N >= t.n_full)
-        moved = online_softmax<E, true, CAUSAL, !ROWSUM_MMA>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N,
-                                                             row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, true, CAUSAL, !ROWSUM_MMA, EARLY_PACK>(s_acc, st, scale, p_offset, l_unit, alpha,
+                                                                         j * BLOCK_N, row0, t.seqlen_k, t.diag, pa);
       else
-        moved = online_softmax<E, false, CAUSAL, !ROWSUM_MMA>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N,
-                                                              row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, false, CAUSAL, !ROWSUM_MMA, EARLY_PACK>(s_acc, st, scale, p_offset, l_unit, alpha,
+                                                                          j * BLOCK_N, row0, t.seqlen_k, t.diag, pa);
     };
     auto rescale = [&]() {
       if (moved) {
@@ -1093,7 +1102,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         qk_alone(j);
         softmax_tile(j, ks, vs);
         rescale();
-        pack_p<E>(s_acc, pa);
+        if constexpr (!EARLY_PACK) pack_p<E>(s_acc, pa);
         pv_alone(j);
       }
     }
