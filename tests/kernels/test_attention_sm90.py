@@ -172,36 +172,69 @@ def sass_functions(sass):
     return {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", sass)[1:]}
 
 
+# A sample of the kernels that the row-sum switch (FA3FP8_ROWSUM_MMA, kernels/NOTES.md session 29) treats in
+# different ways, in a unit of their own: 16-bit two consumers overlapped (d128 alone, d256 causal pairs), three
+# consumers in order (alone, causal pairs), and FP8
+ROWSUM_SAMPLE = """#include "attn_sm90.cuh"
+namespace fa3fp8 {
+template cudaError_t launch<BF16, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, __nv_bfloat16>(const Launch&);
+template cudaError_t launch<FP16, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, __half, 2>(const Launch&);
+template cudaError_t launch<BF16, 128, 128, 2, 3, false, SERIAL, __nv_bfloat16>(const Launch&);
+template cudaError_t launch<BF16, 128, 128, 2, 3, true, SERIAL, __nv_bfloat16, 2>(const Launch&);
+template cudaError_t launch<E4M3, 128, 128, 4, 2, false, OVERLAP, __nv_bfloat16>(const Launch&);
+}  // namespace fa3fp8
+"""
+
+
 @pytest.fixture(scope="module")
-def rowsum_build(tmp_path_factory):
-    """(ptxas's report by kernel, SASS by function) of the library built with the row-sum experiment switched on
-    (FA3FP8_NVCC_FLAGS=-DFA3FP8_ROWSUM_MMA=1, kernels/NOTES.md session 29)."""
+def rowsum_builds(tmp_path_factory):
+    """{switch level: (ptxas's report by kernel, SASS by function)} of ROWSUM_SAMPLE built at levels 1 and 2."""
     if not CUOBJDUMP.is_file():
         pytest.skip("needs triton's cuobjdump")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("FA3FP8_NVCC_FLAGS", "-DFA3FP8_ROWSUM_MMA=1")
-        library = tmp_path_factory.mktemp("rowsum") / cuda_build.library_name()
-        report = entries(cuda_build.compile_library(library))
-    sass = subprocess.run([str(CUOBJDUMP), "-sass", str(library)], capture_output=True, text=True, check=True).stdout
-    return report, sass_functions(sass)
+    folder = tmp_path_factory.mktemp("rowsum")
+    (folder / "sample.cu").write_text(ROWSUM_SAMPLE)
+    builds = {}
+    for level in (1, 2):
+        library = folder / f"libsample{level}.so"
+        report = cuda_build.compile_library(
+            library, folder, {"sample.cu": ("-I", str(cuda_build.CSRC), f"-DFA3FP8_ROWSUM_MMA={level}")})
+        sass = subprocess.run([str(CUOBJDUMP), "-sass", str(library)], capture_output=True, text=True,
+                              check=True).stdout
+        builds[level] = entries(report), sass_functions(sass)
+    return builds
+
+
+def row_sum_wgmmas(sass, name):
+    """The m64n8 wgmmas (P · ones) in a kernel's SASS."""
+    return sass[name].count("HGMMA.64x8x16")
 
 
 @needs_nvcc
-def test_rowsum_experiment_sums_rows_on_the_tensor_cores_at_the_same_register_cost(ptxas_report, rowsum_build):
-    # the switch changes only the 16-bit kernels of two consumers: one m64n8 wgmma per 16-key k-step of each P·V
-    # issue site, at the default build's registers and spills, nothing serialized
-    report, sass = rowsum_build
-    assert report.keys() == ptxas_report.keys()
-    for name, text in report.items():
-        assert "serialized" not in text, name
+def test_rowsum_switch_sums_rows_on_the_tensor_cores_at_the_same_register_cost(ptxas_report, rowsum_builds):
+    # level 1 changes only the 16-bit kernels of two consumers: one m64n8 wgmma per 16-key k-step of each P·V issue
+    # site, at the default build's registers and spills, nothing serialized
+    report, sass = rowsum_builds[1]
+    kernels = [name for name in report if "attn_fwd" in name]
+    assert len(kernels) == 5
+    for name in kernels:
+        assert "serialized" not in report[name], name
         for fact in (r"Used (\d+) registers", r"(\d+) bytes spill stores"):
-            assert re.search(fact, text).group(1) == re.search(fact, ptxas_report[name]).group(1), (name, fact)
+            assert re.search(fact, report[name]).group(1) == re.search(fact, ptxas_report[name]).group(1), (name, fact)
         t = TEMPLATE.search(name)
-        row_sums = sass[name].count("HGMMA.64x8x16")
-        if t is not None and t["type"] != "E4M3E" and t["consumers"] == "2":
-            assert row_sums > 0 and row_sums % (int(t["block_n"]) // 16) == 0, name
+        if t["type"] != "E4M3E" and t["consumers"] == "2":
+            assert row_sum_wgmmas(sass, name) > 0 and row_sum_wgmmas(sass, name) % (int(t["block_n"]) // 16) == 0
         else:
-            assert row_sums == 0, name
+            assert row_sum_wgmmas(sass, name) == 0, name
+
+
+@needs_nvcc
+def test_rowsum_switch_at_level_two_takes_three_consumers_with_small_spills(rowsum_builds):
+    # their registers are all taken without it; P packed inside the softmax (EARLY_PACK) keeps the spills small
+    report, sass = rowsum_builds[2]
+    for name in [name for name in report if "attn_fwd" in name and TEMPLATE.search(name)["consumers"] == "3"]:
+        assert "serialized" not in report[name], name
+        assert int(re.search(r"(\d+) bytes spill stores", report[name]).group(1)) <= 12, name
+        assert row_sum_wgmmas(sass, name) > 0 and row_sum_wgmmas(sass, name) % (128 // 16) == 0, name
 
 
 @needs_nvcc
