@@ -22,13 +22,16 @@ fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 status=0
+cuda_tests() {  # the CUDA C++ kernels' GPU tests (their build checks run in CI, with nvcc), logged to $1
+    timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -m gpu -o addopts="" \
+        --import-mode=importlib --noconftest -x 2>&1 | tee "$1" | tail -25
+}
 if [[ "$steps" == *" tests "* ]]; then
     FA3FP8_AUTOTUNE=0 timeout 480 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
         --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
 fi
-if [[ "$steps" == *" cuda "* ]]; then  # the CUDA C++ kernels' GPU tests (their build checks run in CI, with nvcc)
-    timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -m gpu -o addopts="" \
-        --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/cuda-tests.log" | tail -25 || status=1
+if [[ "$steps" == *" cuda "* ]]; then
+    cuda_tests "$OUT/cuda-tests.log" || status=1
 fi
 if [[ "$steps" == *" kernels "* ]]; then
     timeout 420 python3 benchmarks/attention.py kernels --prefill-shape --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -40 || status=1
@@ -55,12 +58,11 @@ if [[ "$steps" == *" ab "* ]]; then
     # a build switch against the default library: AB_FLAGS (FA3FP8_NVCC_FLAGS of the build to try, e.g.
     # -DFA3FP8_ROWSUM_MMA=1), built in .whl/ab unless carried there; its CUDA kernels' GPU tests, then kernel_ab.py
     # (AB_ARGS: more of its options) with the default library as "old"
-    old=$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())') || status=1
     (
+        old=$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())') || exit 1
         export FA3FP8_NVCC_FLAGS="${AB_FLAGS:?set AB_FLAGS to the nvcc options of the build to try}"
         export FA3FP8_CACHE_DIR="$PWD/.whl/ab"
-        timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -m gpu -o addopts="" \
-            --import-mode=importlib --noconftest -x 2>&1 | tee "$OUT/ab-tests.log" | tail -8 || exit 1
+        cuda_tests "$OUT/ab-tests.log" || exit 1
         python3 benchmarks/kernel_ab.py "$old" ${AB_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/ab.log" | tail -30
     ) || status=1
 fi

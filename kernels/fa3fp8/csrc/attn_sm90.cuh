@@ -727,6 +727,13 @@ __host__ __device__ __forceinline__ void causal_part(const TailSplit& split, int
   begin = part * n_tiles / split.parts, end = (part + 1) * n_tiles / split.parts;
 }
 
+// Dynamic shared memory of a CTA but O's stage: Q, the ring and the barriers (1 KB-aligned storage), the ones tile,
+// and 1 KB for the alignment
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
+__host__ __device__ constexpr int unstaged_smem_bytes() {
+  return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + ones_bytes<E, CONSUMERS>() + 1024;
+}
+
 // Bytes of a CTA's O rows (16-bit output) where its shared memory has room for them beside Q and the ring, else 0
 // (16-bit d128 on 176-key tiles, d256 on 80-key ones, FP8 d128 on 256-key ones fill it). Those kernels stage O: each
 // consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead of D / 4
@@ -734,8 +741,7 @@ __host__ __device__ __forceinline__ void causal_part(const TailSplit& split, int
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
 __host__ __device__ constexpr int staged_o_bytes() {
   constexpr int bytes = CONSUMERS * WG_ROWS * D * 2;
-  constexpr int others = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + ones_bytes<E, CONSUMERS>() + 1024;
-  return others + bytes <= 227 * 1024 ? bytes : 0;
+  return unstaged_smem_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + bytes <= 227 * 1024 ? bytes : 0;
 }
 
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
@@ -1447,9 +1453,8 @@ cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
-  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) +
-                       staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + ones_bytes<E, CONSUMERS>() +
-                       1024;  // + the alignment to 1 KB
+  constexpr int smem = unstaged_smem_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() +
+                       staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>();
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
