@@ -32,12 +32,9 @@ def ptxas_report():
     """ptxas's `-v` report of one build, one (kernel, facts) pair per template instance. The build goes where
     `cuda_build.load()` looks for the library, so the tests that call into it load this one (a CI machine builds the
     library once)."""
-    return entries(cuda_build.compile_library(cuda_build.cache_path()))
-
-
-def entries(report):
-    """{kernel: its part of ptxas's report} of a compile_library report."""
-    return {text.split("'", 1)[0]: text for text in re.split(r"Compiling entry function '", report)[1:]}
+    report = cuda_build.compile_library(cuda_build.cache_path())
+    kernels = re.split(r"Compiling entry function '", report)[1:]
+    return {text.split("'", 1)[0]: text for text in kernels}
 
 
 # A q pointer no tensor map accepts: the C entries answer -2 for settings they have no kernel for before making the
@@ -167,76 +164,6 @@ def library_sass(ptxas_report):
                           check=True).stdout
 
 
-def sass_functions(sass):
-    """{function: its listing} of a `cuobjdump -sass` listing."""
-    return {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", sass)[1:]}
-
-
-# A sample of the kernels that the row-sum switch (FA3FP8_ROWSUM_MMA, kernels/NOTES.md session 29) treats in
-# different ways, in a unit of their own: 16-bit two consumers overlapped (d128 alone, d256 causal pairs), three
-# consumers in order (alone, causal pairs), and FP8
-ROWSUM_SAMPLE = """#include "attn_sm90.cuh"
-namespace fa3fp8 {
-template cudaError_t launch<BF16, 128, BLOCK_N_16BIT_D128, 2, 2, false, OVERLAP, __nv_bfloat16>(const Launch&);
-template cudaError_t launch<FP16, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, __half, 2>(const Launch&);
-template cudaError_t launch<BF16, 128, 128, 2, 3, false, SERIAL, __nv_bfloat16>(const Launch&);
-template cudaError_t launch<BF16, 128, 128, 2, 3, true, SERIAL, __nv_bfloat16, 2>(const Launch&);
-template cudaError_t launch<E4M3, 128, 128, 4, 2, false, OVERLAP, __nv_bfloat16>(const Launch&);
-}  // namespace fa3fp8
-"""
-
-
-@pytest.fixture(scope="module")
-def rowsum_builds(tmp_path_factory):
-    """{switch level: (ptxas's report by kernel, SASS by function)} of ROWSUM_SAMPLE built at levels 1 and 2."""
-    if not CUOBJDUMP.is_file():
-        pytest.skip("needs triton's cuobjdump")
-    folder = tmp_path_factory.mktemp("rowsum")
-    (folder / "sample.cu").write_text(ROWSUM_SAMPLE)
-    builds = {}
-    for level in (1, 2):
-        library = folder / f"libsample{level}.so"
-        report = cuda_build.compile_library(
-            library, folder, {"sample.cu": ("-I", str(cuda_build.CSRC), f"-DFA3FP8_ROWSUM_MMA={level}")})
-        sass = subprocess.run([str(CUOBJDUMP), "-sass", str(library)], capture_output=True, text=True,
-                              check=True).stdout
-        builds[level] = entries(report), sass_functions(sass)
-    return builds
-
-
-def row_sum_wgmmas(sass, name):
-    """The m64n8 wgmmas (P · ones) in a kernel's SASS."""
-    return sass[name].count("HGMMA.64x8x16")
-
-
-@needs_nvcc
-def test_rowsum_switch_sums_rows_on_the_tensor_cores_at_the_same_register_cost(ptxas_report, rowsum_builds):
-    # level 1 changes only the 16-bit kernels of two consumers: one m64n8 wgmma per 16-key k-step of each P·V issue
-    # site, at the default build's registers and spills, nothing serialized
-    report, sass = rowsum_builds[1]
-    kernels = [name for name in report if "attn_fwd" in name]
-    assert len(kernels) == 5
-    for name in kernels:
-        assert "serialized" not in report[name], name
-        for fact in (r"Used (\d+) registers", r"(\d+) bytes spill stores"):
-            assert re.search(fact, report[name]).group(1) == re.search(fact, ptxas_report[name]).group(1), (name, fact)
-        t = TEMPLATE.search(name)
-        if t["type"] != "E4M3E" and t["consumers"] == "2":
-            assert row_sum_wgmmas(sass, name) > 0 and row_sum_wgmmas(sass, name) % (int(t["block_n"]) // 16) == 0
-        else:
-            assert row_sum_wgmmas(sass, name) == 0, name
-
-
-@needs_nvcc
-def test_rowsum_switch_at_level_two_takes_three_consumers_with_small_spills(rowsum_builds):
-    # their registers are all taken without it; P packed inside the softmax (EARLY_PACK) keeps the spills small
-    report, sass = rowsum_builds[2]
-    for name in [name for name in report if "attn_fwd" in name and TEMPLATE.search(name)["consumers"] == "3"]:
-        assert "serialized" not in report[name], name
-        assert int(re.search(r"(\d+) bytes spill stores", report[name]).group(1)) <= 12, name
-        assert row_sum_wgmmas(sass, name) > 0 and row_sum_wgmmas(sass, name) % (128 // 16) == 0, name
-
-
 @needs_nvcc
 def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass):
     # each wgmma takes its descriptors from uniform registers that an add or two advanced (desc_at); built from a value
@@ -259,7 +186,8 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
     # a kernel whose Q, K/V ring (and barriers, in 1 KB-aligned storage) leave room for its O rows in 16 bits within
     # sm_90's 227 KB (1 KB of it the alignment) stores O by TMA, one store per 128-byte panel of a row; the others
     # (16-bit d128 on 176-key tiles and d256 on 80-key ones, FP8 d128 on 256-key ones) store from registers
-    kernels = {name: text for name, text in sass_functions(library_sass).items() if "attn_fwd" in name}
+    functions = {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", library_sass)[1:]}
+    kernels = {name: text for name, text in functions.items() if "attn_fwd" in name}
     assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
     staged = 0
     for name, text in kernels.items():

@@ -27,8 +27,8 @@ def test_library_name_follows_the_environments_nvcc_flags(tmp_path, monkeypatch)
     (tmp_path / "k.cu").write_text("int x;")
     monkeypatch.delenv("FA3FP8_NVCC_FLAGS", raising=False)
     name = cuda_build.library_name(tmp_path, {"k.cu": ()})
-    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", "-DFA3FP8_ROWSUM_MMA=1")
-    assert cuda_build.build_flags() == (*cuda_build.FLAGS, "-DFA3FP8_ROWSUM_MMA=1")
+    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", "-lineinfo")
+    assert cuda_build.build_flags() == (*cuda_build.FLAGS, "-lineinfo")
     assert cuda_build.library_name(tmp_path, {"k.cu": ()}) != name
 
 

@@ -32,5 +32,5 @@ def test_cache_dir(monkeypatch, tmp_path):
 def test_nvcc_flags(monkeypatch):
     monkeypatch.delenv("FA3FP8_NVCC_FLAGS", raising=False)
     assert env.nvcc_flags() == ()
-    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", " -DFA3FP8_ROWSUM_MMA=1  -lineinfo ")
-    assert env.nvcc_flags() == ("-DFA3FP8_ROWSUM_MMA=1", "-lineinfo")
+    monkeypatch.setenv("FA3FP8_NVCC_FLAGS", " -Xptxas=-warn-spills  -lineinfo ")
+    assert env.nvcc_flags() == ("-Xptxas=-warn-spills", "-lineinfo")

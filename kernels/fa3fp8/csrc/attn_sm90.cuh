@@ -41,21 +41,12 @@ constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
-// An experiment awaiting its timing on the GPU (kernels/NOTES.md, session 29): built with -DFA3FP8_ROWSUM_MMA=1
-// (cuda_build: FA3FP8_NVCC_FLAGS), the 16-bit kernels of two consumers take their row sums off the FMA pipe onto the
-// tensor cores; =2, those of three consumers too (rowsum_mma).
-#ifndef FA3FP8_ROWSUM_MMA
-#define FA3FP8_ROWSUM_MMA 0
-#endif
-
 // Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
 // normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
 // MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
-// ROWSUM_MMA: the build's experiment switch (rowsum_mma).
 struct E4M3 {
   static constexpr int BYTES = 1;
   static constexpr bool FP8 = true;
-  static constexpr int ROWSUM_MMA = 0;
   static constexpr float P_SHIFT = 8.f;
   static constexpr float MAX_SLACK = 0.5f;  // P below 2^8.5 = 362, inside e4m3's 448
 };
@@ -63,7 +54,6 @@ template <typename T>
 struct Half {
   static constexpr int BYTES = 2;
   static constexpr bool FP8 = false;
-  static constexpr int ROWSUM_MMA = FA3FP8_ROWSUM_MMA;
   static constexpr float P_SHIFT = 0.f;
   static constexpr float MAX_SLACK = 8.f;
   using Out = T;
@@ -372,22 +362,6 @@ FA_WGMMA_PV(E4M3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
 FA_WGMMA_PV(BF16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
 FA_WGMMA_PV(FP16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
 
-// L (64 x 8, fp32) += P (64 x 16 keys, registers) · a 16 x 8 tile of ones (shared, K-major): every column of L holds
-// the rows' sums of P, in the accumulator layout (register 2i + j: row g + 8i). 16-bit only (rowsum_mma).
-template <class E>
-struct WgmmaRowSum;
-#define FA_WGMMA_ROWSUM(E, INSTR)                                                                             \
-  template <>                                                                                                \
-  struct WgmmaRowSum<E> {                                                                                    \
-    __device__ __forceinline__ static void add(float (&d)[4], const uint32_t* a, uint64_t b) {               \
-      asm volatile(INSTR " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"                            \
-                   : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                                    \
-    }                                                                                                        \
-  };
-FA_WGMMA_ROWSUM(BF16, "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16")
-FA_WGMMA_ROWSUM(FP16, "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16")
-
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -444,20 +418,16 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 }
 
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + p_offset),
-// written back into s; SUM_ROWS: the row sums gain the tile's p times l_unit (else issue_row_sums takes them); PACK
-// (16-bit): each pair of p also goes into `packed` as P·V's A fragments (as pack_p) as soon as it is computed. A tile
-// holds SB blocks of keys, each with its own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization
-// blocks). The running max m of this warp's rows moves only when some row's tile max passes it by more than
-// E::MAX_SLACK (a warp vote): otherwise p stays below 2^(p_offset + slack), alpha is 1 and the caller skips
-// rescaling O (FlashAttention-4's conditional rescale; O / l is exact either way). Returns whether m moved; alpha
-// then rescales what was accumulated before.
-template <class E, bool MASKED, bool CAUSAL, bool SUM_ROWS, bool PACK, int NREGS, int SB, int PREGS>
+// written back into s; the row sums gain the tile's p times l_unit. A tile holds SB blocks of keys, each with its
+// own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization blocks). The running max m of this
+// warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
+// stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
+// rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
+template <class E, bool MASKED, bool CAUSAL, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag,
-                                               uint32_t (&packed)[PREGS]) {
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
   static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
-  static_assert(!PACK || (!E::FP8 && PREGS == NREGS / 2), "16-bit P, two values per register");
   constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
@@ -501,19 +471,15 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   for (int r = 0; r < NREGS; ++r) {
     const int h = r / BLOCK_REGS, i = (r / 2) % 2;
     s[r] = ex2(MASKED ? s[r] + offset[h][i] : fmaf(s[r], scale[h], offset[h][i]));
-    if constexpr (PACK)
-      if (r % 2 == 1) packed[r / 2] = pack_half2<typename E::Out>(s[r - 1], s[r]);
   }
-  if constexpr (SUM_ROWS) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
-      if constexpr (SB == 1)
-        st.l[i] = st.l[i] * alpha[i] + reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
-      else
-        st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
-                                            reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
-    }
+  for (int i = 0; i < 2; ++i) {
+    // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
+    if constexpr (SB == 1)
+      st.l[i] = st.l[i] * alpha[i] + reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
+    else
+      st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
+                                          reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
   }
   return moved;
 }
@@ -579,31 +545,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t
       WgmmaPV<E>::add(o[nb], &a[kk * 4], desc);
     }
   }
-}
-
-// Kernels whose row sums come from P · ones on the tensor cores (issue_row_sums), not from FADDs (online_softmax):
-// 16-bit ones of two consumers where the build sets ROWSUM_MMA to 1, and of three too at 2 (their 160 registers are
-// all taken without it: they spill 0-12 bytes with it, see EARLY_PACK). FP8 cannot: tile j's P carries vs_j / v_max,
-// so P · ones would sum the scaled P.
-template <class E, int CONSUMERS>
-__host__ __device__ constexpr bool rowsum_mma() {
-  return E::ROWSUM_MMA >= (CONSUMERS == 2 ? 1 : 2);
-}
-
-// Bytes of the ones tile that issue_row_sums reads, in shared memory after Q, the ring and O's stage
-template <class E, int CONSUMERS>
-__host__ __device__ constexpr int ones_bytes() {
-  return rowsum_mma<E, CONSUMERS>() ? 256 : 0;
-}
-
-// l_acc += the row sums of P (PREGS / 4 k-steps of 16 keys), one m64n8 wgmma per k-step on the ones tile. Its
-// descriptor: no swizzle, core matrices (8 rows x 16 B) 128 B apart along either dimension, so that every read
-// stays inside the tile's 256 bytes, all ones, whichever offset the hardware takes for which dimension.
-template <class E, int PREGS>
-__device__ __forceinline__ void issue_row_sums(float (&l_acc)[4], const uint32_t (&a)[PREGS], const uint8_t* ones) {
-  const uint64_t desc = ((smem_addr(ones) & 0x3FFFF) >> 4) | (uint64_t(128 >> 4) << 16) | (uint64_t(128 >> 4) << 32);
-#pragma unroll
-  for (int kk = 0; kk < PREGS / 4; ++kk) WgmmaRowSum<E>::add(l_acc, &a[kk * 4], desc);
 }
 
 template <int D>
@@ -727,13 +668,6 @@ __host__ __device__ __forceinline__ void causal_part(const TailSplit& split, int
   begin = part * n_tiles / split.parts, end = (part + 1) * n_tiles / split.parts;
 }
 
-// Dynamic shared memory of a CTA but O's stage: Q, the ring and the barriers (1 KB-aligned storage), the ones tile,
-// and 1 KB for the alignment
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
-__host__ __device__ constexpr int unstaged_smem_bytes() {
-  return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + ones_bytes<E, CONSUMERS>() + 1024;
-}
-
 // Bytes of a CTA's O rows (16-bit output) where its shared memory has room for them beside Q and the ring, else 0
 // (16-bit d128 on 176-key tiles, d256 on 80-key ones, FP8 d128 on 256-key ones fill it). Those kernels stage O: each
 // consumer warpgroup writes its rows there and one TMA store per 128-byte panel takes them out, instead of D / 4
@@ -741,7 +675,7 @@ __host__ __device__ constexpr int unstaged_smem_bytes() {
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS>
 __host__ __device__ constexpr int staged_o_bytes() {
   constexpr int bytes = CONSUMERS * WG_ROWS * D * 2;
-  return unstaged_smem_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + bytes <= 227 * 1024 ? bytes : 0;
+  return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
@@ -828,11 +762,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
-  constexpr bool ROWSUM_MMA = rowsum_mma<E, CONSUMERS>();
-  // P packed for P·V inside the softmax, where nothing else reads it in fp32 and no P·V in flight reads pa: three
-  // consumers with the row sums on the tensor cores, whose registers are short (ptxas spills 16-56 bytes in the
-  // softmax with P packed after it, 0-12 with it packed inside)
-  constexpr bool EARLY_PACK = ROWSUM_MMA && CONSUMERS == 3 && LOOP == SERIAL;
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
@@ -845,7 +774,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   using Storage = StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>;
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* const o_buf = reinterpret_cast<uint8_t*>(&sm) + sizeof(Storage);  // O_STAGE: BLOCK_M rows of O
-  uint8_t* const ones = o_buf + staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>();  // ROWSUM_MMA
 
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
@@ -857,12 +785,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  if constexpr (ROWSUM_MMA) {
-    // issue_row_sums' ones, seen by wgmma (the async proxy) after the barrier
-    if (threadIdx.x < ones_bytes<E, CONSUMERS>() / 4)
-      reinterpret_cast<uint32_t*>(ones)[threadIdx.x] = pack_half2<typename E::Out>(1.f, 1.f);
-    fence_async_shared();
   }
   __syncthreads();
   if constexpr (CLUSTER == 2) cluster_sync();  // the peer's barriers exist before anything lands in them
@@ -961,7 +883,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
-    float l_acc[4] = {0.f, 0.f, 0.f, 0.f};  // ROWSUM_MMA: the rows' sums from the tensor cores (issue_row_sums)
     float s_acc[S_REGS];
     uint32_t pa[P_REGS];
     float alpha[2];
@@ -1005,19 +926,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
       if (j * BLOCK_N >= t.n_full)
-        moved = online_softmax<E, true, CAUSAL, !ROWSUM_MMA, EARLY_PACK>(s_acc, st, scale, p_offset, l_unit, alpha,
-                                                                         j * BLOCK_N, row0, t.seqlen_k, t.diag, pa);
+        moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                t.seqlen_k, t.diag);
       else
-        moved = online_softmax<E, false, CAUSAL, !ROWSUM_MMA, EARLY_PACK>(s_acc, st, scale, p_offset, l_unit, alpha,
-                                                                          j * BLOCK_N, row0, t.seqlen_k, t.diag, pa);
+        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
+                                                 t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
-      if (moved) {
-        scale_o<D>(o, alpha);
-        if constexpr (ROWSUM_MMA)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) l_acc[r] *= alpha[r / 2];
-      }
+      if (moved) scale_o<D>(o, alpha);
     };
     // ring slot and phase of this work tile's K/V tile j
     auto slot = [&](int j) { return (tiles + j) % STAGES; };
@@ -1039,12 +955,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto wait_o = [&]() {
       fence_regs(pa);
       for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
-      if constexpr (ROWSUM_MMA) fence_regs(l_acc);
-    };
-    // P·V of tile j, and with it P's row sums where the tensor cores take them (rescaled with O)
-    auto issue_p = [&](int j) {
-      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
-      if constexpr (ROWSUM_MMA) issue_row_sums<E>(l_acc, pa, ones);
     };
     // one product alone, waited for, its K or V slot released: the serial loop's steps, and the overlapped loop's
     // first Q·Kᵀ and last P·V
@@ -1062,7 +972,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
-      issue_p(j);
+      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_o();
@@ -1087,7 +997,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        issue_p(j - 1);
+        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
@@ -1108,7 +1018,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         qk_alone(j);
         softmax_tile(j, ks, vs);
         rescale();
-        if constexpr (!EARLY_PACK) pack_p<E>(s_acc, pa);
+        pack_p<E>(s_acc, pa);
         pv_alone(j);
       }
     }
@@ -1120,12 +1030,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     float l[2], inv[2];  // rows row0 and row0 + 8: the sum over the quad, and v_max / l (0 where l is)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if constexpr (ROWSUM_MMA) {
-        l[i] = l_acc[2 * i];  // each thread holds its rows' whole sums
-      } else {
-        l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
-      }
+      l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
       inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
     }
     if (O_STAGE && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
@@ -1453,8 +1359,8 @@ cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
-  constexpr int smem = unstaged_smem_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() +
-                       staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>();
+  constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) +
+                       staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + 1024;  // + the alignment to 1 KB
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
