@@ -34,15 +34,12 @@ from fa3fp8.reference import attention_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
-# split_rounds of the "-rounds" settings: launches of up to this many rounds of the SMs (all that the query counts
-# here make) split their last round's work tiles along the keys, where attention_sm90.CAUSAL_SPLIT_ROUNDS takes
-# fewer
-SPLIT_ROUNDS_TIMED = 16
 # fp8 -> the CUDA launcher's settings timed: two and three consumers, alone and in pairs of CTAs (causal 16-bit pairs
 # of two consumers exist on the default 176-key tiles only; three consumers take 128-key ones), in persistent folds
 # (128-key tiles), two consumers on the default tiles without the split along the keys that launches of fewer work
-# tiles than SMs make, and the API's two and three consumers ("-auto": the launcher picks pairs or not) beside the
-# same with the split of a last round of launches of more rounds ("-rounds")
+# tiles than SMs make, and the API's two and three consumers ("-auto": the launcher picks pairs or not, and splits
+# the last round of launches of up to attention_sm90.CAUSAL_SPLIT_ROUNDS rounds) beside the same with split_rounds 1
+# ("-split1": only launches of fewer work tiles than SMs split)
 SETTINGS = {
     False: {"two": {"loop": "overlap", "consumers": 2, "block_n": 128, "cluster": 1},
             "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
@@ -52,9 +49,9 @@ SETTINGS = {
             "three-folds": {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
             "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False},
             "two-auto": {"loop": "overlap", "consumers": 2},
-            "two-rounds": {"loop": "overlap", "consumers": 2, "split_rounds": SPLIT_ROUNDS_TIMED},
+            "two-split1": {"loop": "overlap", "consumers": 2, "split_rounds": 1},
             "three-auto": {"loop": "serial", "consumers": 3, "block_n": 128},
-            "three-rounds": {"loop": "serial", "consumers": 3, "block_n": 128, "split_rounds": SPLIT_ROUNDS_TIMED}},
+            "three-split1": {"loop": "serial", "consumers": 3, "block_n": 128, "split_rounds": 1}},
     True: {"two": {"loop": "overlap", "consumers": 2, "cluster": 1},
            "two-pairs": {"loop": "overlap", "consumers": 2, "cluster": 2},
            "three": {"loop": "serial", "consumers": 3, "cluster": 1},
@@ -63,9 +60,9 @@ SETTINGS = {
            "three-folds": {"loop": "serial", "consumers": 3, "fold": True},
            "two-unsplit": {"loop": "overlap", "consumers": 2, "split": False},
            "two-auto": {"loop": "overlap", "consumers": 2},
-           "two-rounds": {"loop": "overlap", "consumers": 2, "split_rounds": SPLIT_ROUNDS_TIMED},
+           "two-split1": {"loop": "overlap", "consumers": 2, "split_rounds": 1},
            "three-auto": {"loop": "serial", "consumers": 3},
-           "three-rounds": {"loop": "serial", "consumers": 3, "split_rounds": SPLIT_ROUNDS_TIMED}},
+           "three-split1": {"loop": "serial", "consumers": 3, "split_rounds": 1}},
 }
 
 

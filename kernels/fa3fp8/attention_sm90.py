@@ -54,6 +54,14 @@ SHORT_CAUSAL = {
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},
 }
+# Folds pair a long and a short row block of one head where a causal mask makes them unequal: where the longest
+# sequence's queries are fewer than this share of its keys (a chunked prefill's last chunk, draft tokens), its row
+# blocks are about equally long and few, and one CTA per work tile, split along the keys where they are fewer than
+# the SMs, takes them instead (when the launch is known). H200, session 30, `benchmarks/few_queries.py` (32 / 8
+# heads, d128, one sequence, medians of 3 rounds), TFLOPS, the API's folds against the fastest setting without them:
+# 4096 keys, 64 / 512 / 2048 queries, BF16 55 / 357 / 605 against 154 / 552 / 534, FP8 52 / 384 / 627 against 172 /
+# 644 / 674; FP8 over 16384 keys (equal lengths), 512 / 2048 / 4096 queries 577 / 835 / 881 against 831 / 839 / 867.
+FOLDS_MIN_QUERY_SHARE = 0.25
 # Causal attention over at most this many keys per sequence takes SHORTEST_CAUSAL's settings over SHORT_CAUSAL's,
 # where it has some: FP8 d128 folds on two consumers overlapped (128-row blocks), not three in order (192 rows),
 # whose blocks span more of the diagonal's masked keys and fit 1024 queries as 5.3 blocks. H200, session 17, causal
@@ -98,10 +106,15 @@ FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
 THREE_CONSUMER_SPEED = 1.06
 # The most rounds of the SMs that a causal launch of one CTA per work tile may fill and still split its last round's
 # work tiles along the keys (csrc/attn_sm90.cuh's causal_split), as launches of fewer work tiles than SMs (1 round)
-# split all of theirs. Launches of a few rounds (1280 queries of 32 heads in pairs: 160 units on 66 pairs, 2.4
-# rounds) would then take 2.5 rounds of full work tiles' time, not 3. Not yet timed on a GPU: 1 until
-# `benchmarks/few_queries.py` (its "-rounds" settings) shows where more pays.
-CAUSAL_SPLIT_ROUNDS = 1
+# split all of theirs: 1280 queries of 32 heads in pairs (160 units on 66 pairs, 2.4 rounds) then take 2.5 rounds of
+# full work tiles' time, not 3. H200, session 30, `benchmarks/few_queries.py` (32 / 8 heads, d128, one sequence,
+# 32768 / 131072 keys, medians of 3 rounds), TFLOPS, split up to 16 rounds against 1: two consumers (paired where
+# even) at 640 / 768 / 1280 / 2304 / 3200 queries, BF16 over 131072 keys 648 / 656 / 667 / 661 / 643 against 475 /
+# 546 / 598 / 628 / 603, FP8 863 / 867 / 875 / 875 / 861 against 573 / 679 / 760 / 812 / 798; three consumers at
+# 3200 queries (4.1 rounds of pairs; 131072 / 32768 keys) BF16 671 / 658 against 598 / 604, FP8 948 / 920 against
+# 844 / 845, elsewhere within 4% either way (the repeat noise: the same launch ran 4% apart at 640 queries). With it,
+# few_waves_time's choice is the fastest setting timed at each of 384 / 640 / 768 / 1280 / 1536 / 2304 / 3200 queries.
+CAUSAL_SPLIT_ROUNDS = 16
 # (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
 # three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
@@ -164,17 +177,19 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
     the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, and over at most
-    SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those; attention without a causal mask over at most
-    SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known: (sequences x heads, the longest sequence's
-    queries, the device's SMs); longer causal attention whose three consumers would fill fewer than FEW_WAVES[fp8]
-    waves of the SMs takes three consumers or FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
+    SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those, unless `launch` has fewer queries than
+    FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
+    SHORT_FULL's. `launch`, where known: (sequences x heads, the longest sequence's queries, the device's SMs); other
+    causal attention whose three consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three
+    consumers or FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
     limit = SHORT_CAUSAL_MAX_KEYS
     if equal_lengths:
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
-    if causal and max_seqlen_k <= limit:
+    few_queries = launch is not None and launch[1] < FOLDS_MIN_QUERY_SHARE * max_seqlen_k
+    if causal and max_seqlen_k <= limit and not few_queries:
         shortest = SHORTEST_CAUSAL.get((d, fp8), {}) if max_seqlen_k <= SHORTEST_CAUSAL_MAX_KEYS else {}
         return {**settings, **SHORT_CAUSAL[(d, fp8)], **shortest}
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:

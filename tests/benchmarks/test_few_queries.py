@@ -12,25 +12,24 @@ def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, ke
     assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible
 
 
-def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_split_over_more_rounds(few):
+def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_split_within_one_round(few):
     for fp8, named in few.SETTINGS.items():
         assert set(named) == {"two", "two-pairs", "three", "three-pairs", "two-folds", "three-folds", "two-unsplit",
-                              "two-auto", "two-rounds", "three-auto", "three-rounds"}
+                              "two-auto", "two-split1", "three-auto", "three-split1"}
         assert named["two-unsplit"] == {**attention_sm90.FEW_WAVES_SETTINGS, "split": False}
-        # the API's choices for few waves, as it launches them, and the same splitting the last of more rounds
+        # the API's choices for few waves, as it launches them, and the same splitting launches of one round only
         assert named["two-auto"] == attention_sm90.FEW_WAVES_SETTINGS
         assert named["three-auto"] == attention_sm90.FASTER[(128, fp8, True)]
         for consumers in ("two", "three"):
-            rounds = {**named[f"{consumers}-auto"], "split_rounds": few.SPLIT_ROUNDS_TIMED}
-            assert named[f"{consumers}-rounds"] == rounds
-        assert few.SPLIT_ROUNDS_TIMED > attention_sm90.CAUSAL_SPLIT_ROUNDS
+            assert named[f"{consumers}-split1"] == {**named[f"{consumers}-auto"], "split_rounds": 1}
+        assert attention_sm90.CAUSAL_SPLIT_ROUNDS > 1
         for name, extra in named.items():
             assert extra["consumers"] == (3 if name.startswith("three") else 2)
             block_n = extra.get("block_n", 128 if fp8 else attention_sm90.BLOCK_N_16BIT[128][0])
             if name.endswith("folds"):  # folds run one CTA a cluster on 128-key tiles
                 assert extra["fold"] and block_n == 128 and "cluster" not in extra
                 continue
-            if name == "two-unsplit" or name.endswith(("-auto", "-rounds")):  # the launcher picks the cluster
+            if name == "two-unsplit" or name.endswith(("-auto", "-split1")):  # the launcher picks the cluster
                 continue
             assert extra["cluster"] == (2 if name.endswith("pairs") else 1)
             if extra["cluster"] == 2:  # pairs exist for these settings, causal
@@ -46,19 +45,21 @@ def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_
 
 def test_summary_names_the_fastest_setting_and_the_apis_rate_against_it(few):
     rows = [dict(impl=impl, dtype="fp8", queries=640, keys=131072, tflops=tflops)
-            for impl, tflops in [("fa3fp8", 600.0), ("cuda-two-auto", 600.0), ("cuda-two-rounds", 750.0),
+            for impl, tflops in [("fa3fp8", 600.0), ("cuda-two-auto", 600.0), ("cuda-two-split1", 750.0),
                                  ("sdpa-lower-right", 900.0)]]
     rows.append(dict(impl="fa3fp8", dtype="bf16", queries=1, keys=4096, tflops=5.0, settings={"fold": True}))
     rows.append(dict(impl="cuda-two", dtype="bf16", queries=1, keys=4096, tflops=4.0))
     bf16, fp8 = few.summary(rows)
     assert "fastest cuda-two " in bf16 and "(1.250 of it) {'fold': True}" in bf16
-    assert "fastest cuda-two-rounds" in fp8 and "(0.800 of it)" in fp8  # SDPA is not a setting
+    assert "fastest cuda-two-split1" in fp8 and "(0.800 of it)" in fp8  # SDPA is not a setting
 
 
 def test_api_settings_are_what_best_settings_takes_for_one_sequence(few):
-    # up to SHORT_CAUSAL_MAX_KEYS the folds; beyond, few waves pick two or three consumers by few_waves_time
+    # up to SHORT_CAUSAL_MAX_KEYS the folds, for queries of a quarter of the keys or more; else few waves pick two or
+    # three consumers by few_waves_time
     for fp8 in (False, True):
         assert few.api_settings(fp8, 1024, 4096, 132)["fold"]
+        assert "fold" not in few.api_settings(fp8, 64, 4096, 132)
         assert few.api_settings(fp8, 1, 131072, 132) == attention_sm90.FEW_WAVES_SETTINGS
         assert few.api_settings(fp8, 16384, 131072, 132) == attention_sm90.FASTER[(128, fp8, True)]
 

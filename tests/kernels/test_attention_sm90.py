@@ -278,6 +278,22 @@ def test_short_causal_attention_takes_folds():
     assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
 
 
+def test_causal_attention_of_few_queries_over_its_keys_takes_no_folds():
+    # a quarter of the keys or more: folds; fewer queries: one CTA per work tile, split along the keys where few
+    share = attention_sm90.FOLDS_MIN_QUERY_SHARE
+    for d, fp8 in itertools.product(attention_sm90.HEAD_DIMS, (False, True)):
+        for keys in (2048, 4096):
+            folds = attention_sm90.best_settings(d, fp8, True, keys, launch=(32, int(share * keys), 132))
+            assert folds.get("fold"), (d, fp8, keys)
+            for queries in (1, int(share * keys) - 1):
+                settings = attention_sm90.best_settings(d, fp8, True, keys, launch=(32, queries, 132))
+                assert not settings.get("fold"), (d, fp8, keys, queries)
+    # FP8 d128 over 16K keys of equal lengths: folds from 4096 queries
+    for queries, fold in [(512, False), (2048, False), (4096, True), (16384, True)]:
+        settings = attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True, launch=(32, queries, 132))
+        assert bool(settings.get("fold")) == fold, queries
+
+
 def test_shortest_causal_fp8_d128_attention_takes_two_consumers_folds():
     limit = attention_sm90.SHORTEST_CAUSAL_MAX_KEYS
     for keys in (1, 1024, limit):
@@ -329,9 +345,9 @@ def test_causal_attention_of_few_waves_takes_the_consumers_of_the_shorter_modele
         assert attention_sm90.best_settings(128, fp8, True, 131072)["consumers"] == 3  # launch unknown
         # without a mask the persistent launch splits its last round instead; folds are persistent too
         assert attention_sm90.best_settings(128, fp8, False, 131072, launch=(32, 1, 132))["consumers"] == 3
-    assert attention_sm90.best_settings(128, False, True, 131072, launch=(32, 4096, 132)) == few
-    assert attention_sm90.best_settings(128, True, True, 131072, launch=(32, 4096, 132))["consumers"] == 3
-    assert attention_sm90.best_settings(128, True, True, 4096, launch=(32, 1, 132))["fold"]
+    # 4096 queries: three consumers' 352 pairs fill 5.3 rounds, the last one split in 3 parts, ahead of two's 8
+    for fp8 in (False, True):
+        assert attention_sm90.best_settings(128, fp8, True, 131072, launch=(32, 4096, 132))["consumers"] == 3
     assert attention_sm90.best_settings(256, False, True, 131072, launch=(8, 1, 132)) == {}  # two consumers already
     assert attention_sm90.three_consumer_waves(32, 192, 132) == 32 / 132
     assert attention_sm90.three_consumer_waves(32, 193, 132) == 64 / 132
@@ -348,13 +364,15 @@ def test_few_waves_time_counts_the_rows_a_cta_computes_over_all_keys():
     # 192 queries: two consumers' 2 row blocks run in pairs, 32 pairs in 2 parts each; three consumers' one in 4
     assert time(two, launch=(32, 192, 132)) == 128 / 2
     assert time(three, launch=(32, 192, 132)) == 192 / 4 / speed
-    # 1024 queries: 256 work tiles fill 2 rounds of 132, 192 of three consumers also 2
+    # 1024 queries: 128 pairs of two consumers fill 1.94 rounds of 66, whose last 62 are too many to cut; 96 pairs of
+    # three fill 1.45, their last 30 cut in 2 parts: 1.5 rounds (1 round of whole work tiles would not split: 2)
     assert time(two, launch=(32, 1024, 132)) == 128 * 2
-    assert time(three, launch=(32, 1024, 132)) == 192 * 2 / speed
-    # 1280 queries: 160 pairs fill 2.4 rounds of 66, 3 of whole work tiles; with the last round's 28 pairs cut in 2
-    # parts (split_rounds 3), 2.5
-    assert time(two, launch=(32, 1280, 132)) == 128 * 3
-    assert time({**two, "split_rounds": 3}, launch=(32, 1280, 132)) == 128 * 2.5
+    assert time(three, launch=(32, 1024, 132)) == 192 * 1.5 / speed
+    assert time({**three, "split_rounds": 1}, launch=(32, 1024, 132)) == 192 * 2 / speed
+    # 1280 queries: 160 pairs fill 2.4 rounds of 66; the last round's 28 pairs cut in 2 parts, 2.5 (3 rounds of
+    # whole work tiles where split_rounds keeps it from the split)
+    assert time(two, launch=(32, 1280, 132)) == 128 * 2.5
+    assert time({**two, "split_rounds": 2}, launch=(32, 1280, 132)) == 128 * 3
     # short keys: parts that would save too little are not made
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=2048) == 128 / 4
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=1024) == 128
