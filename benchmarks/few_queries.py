@@ -3,16 +3,18 @@ warpgroups, alone, in pairs of CTAs and in folds, and the public API's choice, b
 mask; the last lines name the fastest setting of each case and the API's rate against it.
 
     python benchmarks/few_queries.py [--queries 1,64,128,192,256,512,1024] [--keys 32768,131072] [--out DIR]
+                                     [--batch 1] [--heads 32] [--kv-heads 8]
 
-Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128), one sequence whose last `queries` tokens attend
-to all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
+Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128; `--batch`, `--heads` and `--kv-heads` set others,
+e.g. attention.py's bench shape at 4K: 4 sequences of 16 heads, MHA), sequences whose last `queries` tokens attend to
+all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
 take 192 query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows
 and head), which the kernel splits along the keys where they are fewer than the SMs (and, with `split_rounds`, those
 of the last round of launches of a few rounds), so the rows that each CTA computes is what the choice turns on
 (attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API
-takes persistent folds instead whatever the query count (`--keys 4096,16384`: the folds' rows beside the others).
-TFLOPS = 4 · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t; rounds interleaved, rows give
-the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
+takes persistent folds instead where the queries are at least FOLDS_MIN_QUERY_SHARE of the keys (`--keys 4096,16384`:
+the folds' rows beside the others). TFLOPS = 4 · B · H · d · (queries · (keys - queries) + queries · (queries + 1) /
+2) / t for B sequences of H heads; rounds interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse
@@ -82,10 +84,11 @@ def sdpa_lower_right(q, k, v):
     return lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
 
 
-def api_settings(fp8, queries, keys, sms):
-    """The CUDA launcher's settings that the API takes for one sequence of `queries` over `keys` on `sms` SMs
+def api_settings(fp8, queries, keys, sms, sequences_x_heads=HEADS):
+    """The CUDA launcher's settings that the API takes for sequences of `queries` over `keys` on `sms` SMs
     (attention_sm90.best_settings, as fa3fp8.attention calls it)."""
-    return attention_sm90.best_settings(D, fp8, True, keys, equal_lengths=True, launch=(HEADS, queries, sms))
+    return attention_sm90.best_settings(D, fp8, True, keys, equal_lengths=True,
+                                        launch=(sequences_x_heads, queries, sms))
 
 
 def runners(fp8, q, k, v):
@@ -154,8 +157,14 @@ def main():
     parser.add_argument("--queries", type=ints, default=[1, 64, 128, 192, 256, 512, 1024])
     parser.add_argument("--keys", type=ints, default=[32768, 131072])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1, help="sequences, each of the same lengths")
+    parser.add_argument("--heads", type=int, default=HEADS)
+    parser.add_argument("--kv-heads", type=int, default=KV_HEADS)
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
+    if args.heads % args.kv_heads:
+        parser.error(f"--heads ({args.heads}) must be a multiple of --kv-heads ({args.kv_heads})")
+    sequences_x_heads = args.batch * args.heads
     gpu = torch.cuda.get_device_name()
     rows = []
     for fp8 in (False, True):
@@ -163,19 +172,20 @@ def main():
         check(fp8)
         for keys in args.keys:
             for queries in args.queries:
-                q, k, v = random_qkv(1, queries, keys, HEADS, KV_HEADS, D, torch.bfloat16, "cuda", seed=queries)
+                q, k, v = random_qkv(args.batch, queries, keys, args.heads, args.kv_heads, D, torch.bfloat16, "cuda",
+                                     seed=queries)
                 named = runners(fp8, q, k, v)
                 runs = {name: [] for name in named}
                 for _ in range(args.rounds):
                     for name, fn in named.items():
-                        runs[name].append(causal_flops(queries, keys) / bench.timed(fn) / 1e9)
+                        runs[name].append(causal_flops(queries, keys, sequences_x_heads) / bench.timed(fn) / 1e9)
                 line = []
                 for name, tflops in runs.items():
                     median = sorted(tflops)[len(tflops) // 2]
                     rows.append(dict(impl=name, dtype=dtype, queries=queries, keys=keys, tflops=round(median, 2),
                                      runs=[round(t, 2) for t in tflops]))
                     if name == "fa3fp8":
-                        rows[-1]["settings"] = api_settings(fp8, queries, keys, sm_count(q.device))
+                        rows[-1]["settings"] = api_settings(fp8, queries, keys, sm_count(q.device), sequences_x_heads)
                     line.append(f"{name} {median:7.2f}")
                 print(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  " + "  ".join(line), flush=True)
                 del q, k, v, named
@@ -183,8 +193,9 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"few-queries-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "heads": HEADS,
-                                                  "kv_heads": KV_HEADS, "d": D, "rows": rows}, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "batch": args.batch,
+                                                  "heads": args.heads, "kv_heads": args.kv_heads, "d": D,
+                                                  "rows": rows}, indent=1))
     plot(rows, out / f"{stem}.png")
     print(f"wrote {out / stem}.json")
     print("\n".join(summary(rows)))

@@ -64,6 +64,20 @@ def test_api_settings_are_what_best_settings_takes_for_one_sequence(few):
         assert few.api_settings(fp8, 16384, 131072, 132) == attention_sm90.FASTER[(128, fp8, True)]
 
 
+def test_api_settings_count_every_sequence_and_head_of_the_launch(few):
+    # 1280 queries over 131072 keys: two consumers for one sequence of 32 heads (modeled shorter), three for 2 x 32,
+    # whose 3.4 waves of three consumers' work tiles are past FP8's FEW_WAVES
+    assert few.api_settings(True, 1280, 131072, 132)["consumers"] == 2
+    assert few.api_settings(True, 1280, 131072, 132, sequences_x_heads=64)["consumers"] == 3
+
+
+def test_heads_must_be_a_multiple_of_kv_heads(few, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["few_queries.py", "--heads", "12", "--kv-heads", "8"])
+    with pytest.raises(SystemExit):
+        few.main()
+    assert "--heads (12) must be a multiple of --kv-heads (8)" in capsys.readouterr().err
+
+
 def test_plot_writes_a_png(few, tmp_path):
     rows = [dict(impl=impl, dtype=dtype, queries=q, keys=4096, tflops=float(q))
             for impl in ("fa3fp8", "cuda-two") for dtype in ("bf16", "fp8") for q in (1, 64, 512)]
