@@ -7,14 +7,14 @@ mask; the last lines name the fastest setting of each case and the API's rate ag
 
 Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, d 128; `--batch`, `--heads` and `--kv-heads` set others,
 e.g. attention.py's bench shape at 4K: 4 sequences of 16 heads, MHA), sequences whose last `queries` tokens attend to
-all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers
-take 192 query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows
-and head), which the kernel splits along the keys where they are fewer than the SMs (and, with `split_rounds`, those
-of the last round of launches of a few rounds), so the rows that each CTA computes is what the choice turns on
-(attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API
-takes persistent folds instead where the queries are at least FOLDS_MIN_QUERY_SHARE of the keys (`--keys 4096,16384`:
-the folds' rows beside the others). TFLOPS = 4 · B · H · d · (queries · (keys - queries) + queries · (queries + 1) /
-2) / t for B sequences of H heads; rounds interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
+all `keys` before them (a chunked prefill's last chunk, a speculative decoder's draft tokens). Three consumers take 192
+query rows per CTA, two take 128: with few queries the launch has few work tiles (one per 128 or 192 rows and head),
+which the kernel splits along the keys where they are fewer than the SMs (and, with `split_rounds`, those of the last
+round of launches of a few rounds), so the rows that each CTA computes is what the choice turns on
+(attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API takes persistent folds instead where the
+queries are at least FOLDS_MIN_QUERY_SHARE of the keys (`--keys 4096,16384`: the folds' rows beside the others).
+TFLOPS = 4 · B · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t for B sequences of H heads; rounds
+interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse

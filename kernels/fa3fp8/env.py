@@ -48,6 +48,6 @@ def cuda_home() -> str:
 
 def nvcc_flags() -> tuple[str, ...]:
     """`FA3FP8_NVCC_FLAGS`: more nvcc options for the CUDA kernel library (space-separated, default none), such as an
-    experiment's switch (`-DFA3FP8_ROWSUM_MMA=1`, kernels/NOTES.md). They are part of the library's name, so each set
-    of options builds and loads a library of its own."""
+    experiment's `-D` switch in csrc or ptxas options. They are part of the library's name, so each set of options
+    builds and loads a library of its own."""
     return tuple(os.environ.get("FA3FP8_NVCC_FLAGS", "").split())
