@@ -128,6 +128,11 @@ CAUSAL_SPLIT_ROUNDS = 16
 # against 487 / 601 / 628; BF16 d256 539 / 674 / 723 against 556 / 690 / 719; FP8 d128 three consumers 631 / 818 /
 # 931 against 655 / 821 / 913; FP8 d256 845 / 1125 / 1179 against 853 / 1095 / 1164; session 22, medians of 5 at
 # S 4K / 8K / 16K / 64K: BF16 d128 three consumers 499 / 560 / 625 / 686 against 509 / 572 / 595 / 665.
+# So causal attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence runs alone where it is not in folds (few
+# queries: FOLDS_MIN_QUERY_SHARE). Session 31, `benchmarks/few_queries.py`, 4096 keys, medians of 5 rounds, 512 /
+# 2048 / 4096 queries, at 32 / 8 heads and at the bench's 4 x 16 heads: one CTA ahead of pairs in all 24 cases, by
+# 1.4-21% (two consumers 2.8-8.5%, e.g. BF16 512 queries 545 against 518; three 1.4-21%, FP8 2048 queries 749 against
+# 656 at 4 x 16 heads).
 CLUSTER = {(128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
 # Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
 # second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
@@ -212,7 +217,8 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
     block_m = WG_ROWS * consumers
     block_n = settings.get("block_n") or (FP8_BLOCK_N[0] if fp8 else BLOCK_N_16BIT[d][0])
     loop = settings.get("loop", LOOP[(d, fp8)])
-    cluster = cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q, causal=True)
+    cluster = settings.get("cluster") or cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q,
+                                                     causal=True, max_seqlen_k=max_seqlen_k)
     m_blocks = -(-max_seqlen_q // (block_m * cluster)) * cluster
     units, shares = sequences_x_heads * m_blocks // cluster, sms // cluster
     parts = 0
@@ -230,12 +236,13 @@ def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) ->
 
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
-                max_seqlen_q: int | None = None, causal: bool = False) -> int:
+                max_seqlen_q: int | None = None, causal: bool = False, max_seqlen_k: int | None = None) -> int:
     """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
     16-bit: the overlapped loop on the head dim's default tiles, d128's 128-key ones without a causal mask, or three
     consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the
     longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below
-    PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past the end."""
+    PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past the end; and 1
+    for causal attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (`max_seqlen_k`, None: unknown)."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
@@ -243,7 +250,8 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
         pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
     blocks = None if max_seqlen_q is None else -(-max_seqlen_q // (WG_ROWS * consumers))
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
-    return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful else 1
+    short_causal = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
+    return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful and not short_causal else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
@@ -322,13 +330,14 @@ def attention_fp8_fwd_sm90(
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
     idle along the keys and merge the parts, and in a causal launch of one CTA per work tile that fills at most
     `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work tiles of its last round;
-    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts.
+    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in cluster_for's choice.
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
+    total_k, kv_heads, _ = k8.shape
+    max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k
     loop = LOOP[(d, True)] if loop is None else loop
     if cluster is None:
-        cluster = cluster_for(d, True, loop, consumers, block_n, fold, max_seqlen_q)
-    total_k, kv_heads, _ = k8.shape
+        cluster = cluster_for(d, True, loop, consumers, block_n, fold, max_seqlen_q, causal, max_seqlen_k)
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q8, total_k, batch, out_dtype)
     if done:
@@ -338,7 +347,7 @@ def attention_fp8_fwd_sm90(
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
-        q_block, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k, softmax_scale * LOG2E, int(causal),
+        q_block, max_seqlen_q, max_seqlen_k, softmax_scale * LOG2E, int(causal),
         LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
         workspace.data_ptr(), workspace.nbytes, split_rounds, torch.cuda.current_stream(q8.device).cuda_stream,
     ))
@@ -357,11 +366,12 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds` and `max_seqlen_k` as
     there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
+    total_k, kv_heads, _ = k.shape
+    max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k
     loop = LOOP[(d, False)] if loop is None else loop
     block_n = BLOCK_N_16BIT[d][0] if block_n is None else block_n
     if cluster is None:
-        cluster = cluster_for(d, False, loop, consumers, block_n, fold, max_seqlen_q, causal)
-    total_k, kv_heads, _ = k.shape
+        cluster = cluster_for(d, False, loop, consumers, block_n, fold, max_seqlen_q, causal, max_seqlen_k)
     batch = cu_seqlens_q.shape[0] - 1
     out, lse, done = _outputs(q, total_k, batch, q.dtype)
     if done:
@@ -370,7 +380,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, fold, split)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
-        batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, total_k if max_seqlen_k is None else max_seqlen_k,
+        batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
         softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n, int(q.dtype == torch.bfloat16), cluster,
         int(fold), workspace.data_ptr(), workspace.nbytes, split_rounds,
         torch.cuda.current_stream(q.device).cuda_stream,

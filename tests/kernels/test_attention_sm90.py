@@ -245,6 +245,24 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 176, max_seqlen_q=128 * (bound - 1)) == 1  # odd, few
 
 
+def test_causal_attention_over_short_keys_runs_alone():
+    # where folds do not take it (few queries), causal attention over at most SHORT_CAUSAL_MAX_KEYS keys runs one
+    # CTA per work tile: pairs lost there in every case timed; beyond it, and without a mask, pairs stay
+    limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
+    for fp8, loop, consumers, block_n in [(False, "overlap", 2, 176), (False, "serial", 3, 128),
+                                          (True, "overlap", 2, 128), (True, "serial", 3, 128)]:
+        pairs = functools.partial(attention_sm90.cluster_for, 128, fp8, loop, consumers, block_n, max_seqlen_q=4096)
+        assert pairs(causal=True, max_seqlen_k=limit) == 1, (fp8, consumers)
+        assert pairs(causal=True, max_seqlen_k=limit + 1) == 2, (fp8, consumers)
+        assert pairs(causal=True) == 2, (fp8, consumers)  # keys unknown
+        assert pairs(causal=False, max_seqlen_k=limit) == 2, (fp8, consumers)
+    # the API's choice for 512 queries over 4096 keys: two consumers (not folds), alone
+    settings = attention_sm90.best_settings(128, False, True, 4096, equal_lengths=True, launch=(32, 512, 132))
+    assert settings == attention_sm90.FEW_WAVES_SETTINGS
+    assert attention_sm90.cluster_for(128, False, settings["loop"], settings["consumers"], 176, max_seqlen_q=512,
+                                      causal=True, max_seqlen_k=4096) == 1
+
+
 def test_supported_blocks():
     assert not attention_sm90.supported(64, 64, 128)
     assert not attention_sm90.supported(128, 64, 64)  # K/V scales are per 128 keys
