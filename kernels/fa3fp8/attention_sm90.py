@@ -36,8 +36,9 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
 # work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
-# padding), FP8 d128 on three consumers in order, as at other lengths (whole folds of their 192-row blocks fill 132
-# CTAs to 87-89% at S4K and S16K, and the fold split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
+# padding), FP8 d128 on three consumers in order, as at other lengths, where their row blocks pad little
+# (PADDED_FOLDS below; whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
+# split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
 # 690 / 842 / 922 against 649 / 798 / 921 unsplit, two consumers' folds 684 / 810 / 841 and one CTA per work tile
 # 657 / 831 / 929). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
 # 64K, folds against one CTA per work tile: BF16 d128 521 / 538 / 606 / 614 against 503 / 531 / 610 / 633
@@ -62,13 +63,15 @@ SHORT_CAUSAL = {
 # 4096 keys, 64 / 512 / 2048 queries, BF16 55 / 357 / 605 against 154 / 552 / 534, FP8 52 / 384 / 627 against 172 /
 # 644 / 674; FP8 over 16384 keys (equal lengths), 512 / 2048 / 4096 queries 577 / 835 / 881 against 831 / 839 / 867.
 FOLDS_MIN_QUERY_SHARE = 0.25
-# Causal attention over at most this many keys per sequence takes SHORTEST_CAUSAL's settings over SHORT_CAUSAL's,
-# where it has some: FP8 d128 folds on two consumers overlapped (128-row blocks), not three in order (192 rows),
-# whose blocks span more of the diagonal's masked keys and fit 1024 queries as 5.3 blocks. H200, session 17, causal
-# FP8 d128, TFLOPS, medians of 5 interleaved rounds at S 1K / 2K / 4K, two consumers' folds against three's: 396 /
-# 547 / 690 against 380 / 508 / 688 (cuDNN FP8 479 / 630 / 742); a second run at 3K: 612 against 688.
-SHORTEST_CAUSAL_MAX_KEYS = 2048
-SHORTEST_CAUSAL = {(128, True): {"loop": "overlap", "consumers": 2, "fold": True}}
+# Short causal folds of three consumers (FP8 d128's) take two consumers overlapped instead (PADDED_FOLDS: 128-row
+# blocks, none past the end of a sequence of a multiple of 128 queries) where the longest sequence's queries leave more
+# than this share of their 192-row blocks' rows past its end. TFLOPS, H200, two consumers' folds against three's, by
+# that share: 12.5% (S1K, session 17) 396 against 380; 3.1%: S2K 547 / 508 (session 17), S4K 690 / 688 (session 17),
+# 684 / 690 (session 13), session 31 (`few_queries.py`, 4096 keys, medians of 5, 32 / 8 heads then the bench's 4 x 16)
+# 4096 queries 729 / 694 and 741 / 725, 2048 queries 755 / 627 and 774 / 728; 12.5% (1024 queries over 4096 keys)
+# 738 / 509 and 759 / 651. None: S3K 612 / 688 (session 17). 0.8%: S16K 810 / 842 (session 13).
+FOLDS_THREE_MAX_PADDING = 0.02
+PADDED_FOLDS = {"loop": "overlap", "consumers": 2}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
 # SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
 # of unequal lengths do not split, and whole folds fill 132 CTAs to 87% at S16K). H200, session 13, FP8 d128 causal,
@@ -181,12 +184,13 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
                   equal_lengths: bool = False, launch: tuple[int, int, int] | None = None) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
-    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead, and over at most
-    SHORTEST_CAUSAL_MAX_KEYS SHORTEST_CAUSAL's over those, unless `launch` has fewer queries than
-    FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
-    SHORT_FULL's. `launch`, where known: (sequences x heads, the longest sequence's queries, the device's SMs); other
-    causal attention whose three consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three
-    consumers or FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
+    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers'
+    folds PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING), unless
+    `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most
+    SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys):
+    (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention whose three
+    consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or FEW_WAVES_SETTINGS,
+    whichever few_waves_time models shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
@@ -195,8 +199,11 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
     few_queries = launch is not None and launch[1] < FOLDS_MIN_QUERY_SHARE * max_seqlen_k
     if causal and max_seqlen_k <= limit and not few_queries:
-        shortest = SHORTEST_CAUSAL.get((d, fp8), {}) if max_seqlen_k <= SHORTEST_CAUSAL_MAX_KEYS else {}
-        return {**settings, **SHORT_CAUSAL[(d, fp8)], **shortest}
+        folds = {**settings, **SHORT_CAUSAL[(d, fp8)]}
+        queries = max_seqlen_k if launch is None else launch[1]
+        if folds.get("consumers") == 3 and rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING:
+            folds.update(PADDED_FOLDS)
+        return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
         return {**settings, **SHORT_FULL.get((d, fp8), {})}
     few_waves = launch is not None and three_consumer_waves(*launch) < FEW_WAVES[fp8]
@@ -204,6 +211,12 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
         return dict(min((settings, FEW_WAVES_SETTINGS),
                         key=lambda choice: few_waves_time(choice, d, fp8, launch, max_seqlen_k)))
     return settings
+
+
+def rows_past_end(queries: int, block_m: int) -> float:
+    """The share of `queries` that its row blocks of `block_m` rows pass it by (the last block's rows past the end; 0
+    for no queries)."""
+    return (-(-queries // block_m) * block_m - queries) / queries if queries > 0 else 0.0
 
 
 def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, int], max_seqlen_k: int) -> float:

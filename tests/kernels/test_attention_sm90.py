@@ -286,14 +286,14 @@ def test_auto_settings_are_variants_the_library_builds():
 def test_short_causal_attention_takes_folds():
     limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
     for d, fp8 in itertools.product(attention_sm90.HEAD_DIMS, (False, True)):
-        for keys in (4096, limit):
+        for keys in (3072, limit):  # whole or nearly whole 192-row blocks (FP8 d128's three consumers)
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
                 **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8, keys)
         for causal, keys in [(True, limit + 1), (True, None), (False, attention_sm90.SHORT_FULL_MAX_KEYS + 1)]:
             settings = attention_sm90.best_settings(d, fp8, causal, keys)
             assert settings == attention_sm90.FASTER[(d, fp8, causal)] and "fold" not in settings, (d, fp8, keys)
     assert attention_sm90.best_settings(128, False, True, 4096)["block_n"] == 128  # folds at d128: 128-key tiles
-    assert attention_sm90.best_settings(128, True, True, 4096)["consumers"] == 3  # their last round split
+    assert attention_sm90.best_settings(128, True, True, 3072)["consumers"] == 3  # their last round split
 
 
 def test_causal_attention_of_few_queries_over_its_keys_takes_no_folds():
@@ -312,15 +312,29 @@ def test_causal_attention_of_few_queries_over_its_keys_takes_no_folds():
         assert bool(settings.get("fold")) == fold, queries
 
 
-def test_shortest_causal_fp8_d128_attention_takes_two_consumers_folds():
-    limit = attention_sm90.SHORTEST_CAUSAL_MAX_KEYS
-    for keys in (1, 1024, limit):
-        assert attention_sm90.best_settings(128, True, True, keys) == {"loop": "overlap", "consumers": 2, "fold": True}
-        assert attention_sm90.best_settings(128, True, True, keys, equal_lengths=True)["consumers"] == 2
-    assert attention_sm90.best_settings(128, True, True, limit + 1)["consumers"] == 3
+def test_rows_past_end():
+    assert attention_sm90.rows_past_end(3072, 192) == 0  # 16 blocks
+    assert attention_sm90.rows_past_end(4096, 192) == 128 / 4096  # 22 blocks, the last one 64 rows long
+    assert attention_sm90.rows_past_end(1, 192) == 191
+    assert attention_sm90.rows_past_end(0, 192) == 0
+
+
+def test_short_causal_fp8_d128_folds_take_two_consumers_where_three_would_pad():
+    two = {"loop": "overlap", "consumers": 2, "fold": True}
+    three = {"loop": "serial", "consumers": 3, "fold": True}
+    # the longest sequence's queries (else its keys) against 192-row blocks: 1024 and 4096 pad 12.5% and 3.1%
+    for keys in (1, 1024, 2048, 4096):
+        assert attention_sm90.best_settings(128, True, True, keys) == two, keys
+        assert attention_sm90.best_settings(128, True, True, keys, equal_lengths=True) == two, keys
+    for keys in (1536, 3072):  # whole blocks
+        assert attention_sm90.best_settings(128, True, True, keys) == three, keys
+    assert attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True) == three  # 0.8%
+    assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 3072, 132)) == three
+    assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 2048, 132)) == two
     for d, fp8 in [(128, False), (256, False), (256, True)]:  # the others keep SHORT_CAUSAL's
-        assert attention_sm90.best_settings(d, fp8, True, 1024) == {
-            **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8)
+        for keys in (1024, 4096):
+            assert attention_sm90.best_settings(d, fp8, True, keys) == {
+                **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8)
     assert attention_sm90.best_settings(128, True, False, 1024)["consumers"] == 3  # without a mask three lead
 
 
