@@ -213,10 +213,15 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     return settings
 
 
+def row_blocks(queries: int, block_m: int) -> int:
+    """The row blocks of `block_m` rows that `queries` query rows take (the last one may pass their end)."""
+    return -(-queries // block_m)
+
+
 def rows_past_end(queries: int, block_m: int) -> float:
     """The share of `queries` that its row blocks of `block_m` rows pass it by (the last block's rows past the end; 0
     for no queries)."""
-    return (-(-queries // block_m) * block_m - queries) / queries if queries > 0 else 0.0
+    return (row_blocks(queries, block_m) * block_m - queries) / queries if queries > 0 else 0.0
 
 
 def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, int], max_seqlen_k: int) -> float:
@@ -230,9 +235,9 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
     block_m = WG_ROWS * consumers
     block_n = settings.get("block_n") or (FP8_BLOCK_N[0] if fp8 else BLOCK_N_16BIT[d][0])
     loop = settings.get("loop", LOOP[(d, fp8)])
-    cluster = settings.get("cluster") or cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q,
-                                                     causal=True, max_seqlen_k=max_seqlen_k)
-    m_blocks = -(-max_seqlen_q // (block_m * cluster)) * cluster
+    cluster = cluster_for(d, fp8, loop, consumers, block_n, max_seqlen_q=max_seqlen_q, causal=True,
+                          max_seqlen_k=max_seqlen_k)
+    m_blocks = row_blocks(max_seqlen_q, block_m * cluster) * cluster
     units, shares = sequences_x_heads * m_blocks // cluster, sms // cluster
     parts = 0
     if cuda_build.available():  # without the library no CUDA kernel runs, and any answer serves
@@ -245,7 +250,7 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
 
 def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) -> float:
     """Waves of `sms` SMs that one CTA per work tile of three consumers (3 x WG_ROWS query rows) fills."""
-    return sequences_x_heads * -(-max_seqlen_q // (3 * WG_ROWS)) / sms
+    return sequences_x_heads * row_blocks(max_seqlen_q, 3 * WG_ROWS) / sms
 
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
@@ -261,7 +266,7 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
     else:
         narrow = block_n == 128 and ((not causal and loop == "overlap") or consumers == 3)
         pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
-    blocks = None if max_seqlen_q is None else -(-max_seqlen_q // (WG_ROWS * consumers))
+    blocks = None if max_seqlen_q is None else row_blocks(max_seqlen_q, WG_ROWS * consumers)
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
     short_causal = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
     return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful and not short_causal else 1
