@@ -15,25 +15,31 @@ from . import attention_sm90, configs, env
 from .fastmath import exp2_mixed
 from .gpu import sm_count
 from .quantize import to_e4m3
-from .reference import P_SHIFT
+from .reference import NO_WINDOW, P_SHIFT
 
 LOG2E = 1.4426950408889634
+UNBOUNDED = 1 << 30  # a window bound past every key: the kernel's int32 key arithmetic stays in range
 
 
 @triton.jit
 def _softmax_pv(
     acc, l_i, m_i, vs_prev, vs, s, n0, desc_v, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k, diag,
-    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
-    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, FAST_EXP: tl.constexpr,
+    win_left, win_right,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, FAST_EXP: tl.constexpr,
 ):
     """Online softmax of one raw score tile s = Q·K[n0:n0+BLOCK_N]ᵀ (FlashAttention-2 rescaling, base 2), then
     acc += P·V. FP8: P is shifted by 2**P_SHIFT into e4m3's normal range."""
     if MASKED:
-        # diagonal band / ragged end: key j is visible to query i when j < seqlen_k and j <= i + diag
+        # diagonal band / window edges / ragged end: key j is visible to query i when j < seqlen_k and j <= i + diag
+        # (causal), and i + diag - win_left <= j <= i + diag + win_right (WINDOW)
         cols = n0 + offs_n
         visible = cols[None, :] < seqlen_k
         if CAUSAL:
             visible = visible & (cols[None, :] <= offs_m[:, None] + diag)
+        if WINDOW:
+            at = offs_m[:, None] + diag
+            visible = visible & (cols[None, :] >= at - win_left) & (cols[None, :] <= at + win_right)
         s = tl.where(visible, s * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -63,8 +69,8 @@ def _softmax_pv(
 @triton.jit
 def _attn_tiles(
     acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, lo, hi,
-    offs_m, offs_n, seqlen_k, diag,
-    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    offs_m, offs_n, seqlen_k, diag, win_left, win_right,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, FAST_EXP: tl.constexpr,
 ):
     """Key tiles [lo, hi): QKᵀ, online softmax, PV. FP8: vs_prev is the V scale acc is expressed in."""
@@ -82,7 +88,7 @@ def _attn_tiles(
             vs_prev = tl.where(n0 == lo, vs_entry, tl.load(VS + tile - 1, mask=n0 > lo, other=1.0))
         acc, l_i, m_i = _softmax_pv(
             acc, l_i, m_i, vs_prev, vs, s, n0, desc_v, vcol, k_start, hk, scale, offs_m, offs_n, seqlen_k,
-            diag, D, BLOCK_N, MASKED, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST, FAST_EXP,
+            diag, win_left, win_right, D, BLOCK_N, MASKED, CAUSAL, WINDOW, IS_FP8, P_SHIFT, ROUND_FIRST, FAST_EXP,
         )
     vs_prev = vs_entry
     if IS_FP8:
@@ -93,10 +99,10 @@ def _attn_tiles(
 @triton.jit
 def _attn_fwd(
     Q, K, V, O, LSE, QS, KS, VS, CU_Q, CU_K, CU_BQ, CU_BK,
-    qk_scale, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket,
-    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, IS_FP8: tl.constexpr,
-    P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, FAST_EXP: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    qk_scale, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket, win_left, win_right,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+    IS_FP8: tl.constexpr, P_SHIFT: tl.constexpr, ROUND_FIRST: tl.constexpr, FAST_EXP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -129,7 +135,14 @@ def _attn_fwd(
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     diag = seqlen_k - seqlen_q  # bottom-right causal alignment
-    if CAUSAL:
+    lo = 0  # key tiles [lo, n_lo) are masked (the window's left edge), [n_lo, n_full) whole, [n_full, hi) masked
+    if WINDOW:  # win_right is 0 when causal
+        hi = tl.maximum(tl.minimum(seqlen_k, m0 + BLOCK_M + diag + win_right), 0)
+        n_full = tl.maximum(tl.minimum(seqlen_k, m0 + 1 + diag + win_right), 0) // BLOCK_N * BLOCK_N
+        lo = tl.maximum(m0 + diag - win_left, 0) // BLOCK_N * BLOCK_N
+        n_lo = tl.minimum(tl.cdiv(tl.maximum(m0 + BLOCK_M - 1 + diag - win_left, 0), BLOCK_N) * BLOCK_N, hi)
+        n_full = tl.maximum(n_full, n_lo)
+    elif CAUSAL:
         hi = tl.maximum(tl.minimum(seqlen_k, m0 + BLOCK_M + diag), 0)
         n_full = tl.maximum(tl.minimum(seqlen_k, m0 + 1 + diag), 0) // BLOCK_N * BLOCK_N
     else:
@@ -143,15 +156,25 @@ def _attn_fwd(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     vs_prev = tl.full([], 1.0, tl.float32)
+    if WINDOW:
+        n_lo = tl.where(m0 < seqlen_q, n_lo, 0)
+        acc, l_i, m_i, vs_prev = _attn_tiles(
+            acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, lo, n_lo,
+            offs_m, offs_n, seqlen_k, diag, win_left, win_right, D, BLOCK_N, True, CAUSAL, WINDOW, IS_FP8, P_SHIFT,
+            ROUND_FIRST, FAST_EXP,
+        )
+        lo = n_lo
     # off-band: tiles every row of this block sees entirely
     acc, l_i, m_i, vs_prev = _attn_tiles(
-        acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, 0, n_full,
-        offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, False, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST, FAST_EXP,
+        acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, lo, n_full,
+        offs_m, offs_n, seqlen_k, diag, win_left, win_right, D, BLOCK_N, False, CAUSAL, WINDOW, IS_FP8, P_SHIFT,
+        ROUND_FIRST, FAST_EXP,
     )
     # diagonal band and ragged end
     acc, l_i, m_i, vs_prev = _attn_tiles(
         acc, l_i, m_i, vs_prev, q, desc_k, desc_v, KS, VS, kblk, vcol, k_start, hk, qk_scale, n_full, hi,
-        offs_m, offs_n, seqlen_k, diag, D, BLOCK_N, True, CAUSAL, IS_FP8, P_SHIFT, ROUND_FIRST, FAST_EXP,
+        offs_m, offs_n, seqlen_k, diag, win_left, win_right, D, BLOCK_N, True, CAUSAL, WINDOW, IS_FP8, P_SHIFT,
+        ROUND_FIRST, FAST_EXP,
     )
 
     # epilogue: normalize; fully masked rows (l = 0) give zeros and lse = -inf
@@ -173,7 +196,7 @@ def _prune(configs_, named_args, **kwargs):
 
 _attn_fwd_tuned = triton.autotune(
     configs=configs.CONFIGS,
-    key=["D", "CAUSAL", "IS_FP8", "seq_bucket"],
+    key=["D", "CAUSAL", "WINDOW", "IS_FP8", "seq_bucket"],
     prune_configs_by={"early_config_prune": _prune},
     cache_results=True,  # timings kept in Triton's cache dir: a restarted worker does not tune again
 )(_attn_fwd)
@@ -191,19 +214,23 @@ def seq_bucket(max_seqlen: int) -> int:
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
-    v_permuted=False, max_seqlen_k=None,
+    v_permuted=False, max_seqlen_k=None, window_size=NO_WINDOW,
 ):
     """Launch the forward kernel on packed tensors. BF16/FP16: q (Tq, H, D), k/v (Tk, Hkv, D). FP8 (when scales
     are given): e4m3 q, k and v transposed tile by tile (Hkv, D, n_blocks_k * BLOCK_N); with `v_permuted` (V's keys
     in the CUDA kernel's order) the CUDA kernel runs, else this one. Returns out (Tq, H, D) and lse (H, Tq) fp32,
     and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning; `max_seqlen_k`
     (the longest sequence's keys, when known) picks the CUDA kernel's settings for short causal attention and sizes
-    its split of a last round."""
+    its split of a last round. `window_size` (left, right; -1: unbounded) hides keys as reference.visible_keys
+    does; windows run this kernel (the CUDA one has none), so a windowed FP8 bundle must not be `v_permuted`."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
-    choice = env.kernel() if config is None and not env.interpreting() else "triton"
+    windowed = tuple(window_size) != NO_WINDOW
+    if windowed and v_permuted:
+        raise ValueError("a window runs the Triton kernel, which reads V in key order: the bundle's V is permuted")
+    choice = env.kernel() if config is None and not env.interpreting() and not windowed else "triton"
     # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
     equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k
     launch = (batch * heads, max_seqlen_q, sm_count(q.device)) if q.is_cuda else None
@@ -238,10 +265,15 @@ def attention_fwd(
         v_cols, n_blocks_q, n_blocks_k = 0, 0, 0
     qs, ks, vs, cbq, cbk = scales
     args = (q, k, v, out, lse, qs, ks, vs, cu_seqlens_q, cu_seqlens_k, cbq, cbk)
-    scalars = (softmax_scale * LOG2E, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket(max_seqlen_q))
+    left, right = window_size
+    win_left = left if left >= 0 else UNBOUNDED
+    win_right = 0 if causal else right if right >= 0 else UNBOUNDED
+    scalars = (softmax_scale * LOG2E, total_q, total_k, v_cols, n_blocks_q, n_blocks_k, seq_bucket(max_seqlen_q),
+               win_left, win_right)
     # FAST_EXP (fastmath.exp2_mixed, inline PTX: not under the interpreter) measured +2% for BF16 at d128/d256 on
     # the H200 and 3-9% slower for FP8, whose FMA pipe rather than its SFU is the busier one
-    consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, IS_FP8=is_fp8, P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
+    consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, WINDOW=windowed, IS_FP8=is_fp8,
+                  P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
                   ROUND_FIRST=env.interpreting(), FAST_EXP=not is_fp8 and not env.interpreting())
     if config is None and env.interpreting():
         config = configs.interpret_config()

@@ -28,14 +28,15 @@ TILES = {64: (128, 4, 3), 128: (64, 4, 3), 256: (64, 4, 2)}
 @triton.jit
 def _decode_split(
     Q, K, V, SEQLENS, O_PART, LSE_PART,
-    qk_scale, max_seqlen, chunk, num_splits,
+    qk_scale, max_seqlen, chunk, num_splits, window_left,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kn, stride_kh, stride_kd,
     stride_vb, stride_vn, stride_vh, stride_vd,
     HKV: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):
-    """Keys [split * chunk, (split + 1) * chunk) of one (sequence, KV head): partial out and LSE (base 2)."""
+    """Keys [split * chunk, (split + 1) * chunk) of one (sequence, KV head): partial out and LSE (base 2);
+    HAS_WINDOW: only the keys from window_left before the newest (the query's own) on."""
     split = tl.program_id(0)
     pid = tl.program_id(1)
     b = (pid // HKV).to(tl.int64)
@@ -46,6 +47,8 @@ def _decode_split(
         seqlen = max_seqlen
     start = split * chunk
     end = tl.minimum(start + chunk, seqlen)
+    if HAS_WINDOW:
+        start = tl.maximum(start, seqlen - 1 - window_left)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_n = tl.arange(0, BLOCK_N)
@@ -127,11 +130,12 @@ def split_plan(batch_kv: int, max_seqlen: int, block_n: int, sms: int, num_split
     return triton.cdiv(tiles, tiles_per_split), tiles_per_split * block_n
 
 
-def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, *, num_splits=None, block_n=None, num_warps=None,
-               num_stages=None):
+def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left=-1, *, num_splits=None, block_n=None,
+               num_warps=None, num_stages=None):
     """Launch the split and merge kernels: q (B, H, D), k/v_cache (B, S, Hkv, D) with any strides, cache_seqlens
-    (B,) int32 or None. Returns out (B, H, D) in q's dtype and lse (B, H) fp32. The keyword arguments override
-    the split count and the tile config (tests and the benchmark's sweep)."""
+    (B,) int32 or None; `window_left` >= 0 keeps only the keys that many before the newest and on (-1: all).
+    Returns out (B, H, D) in q's dtype and lse (B, H) fp32. The keyword arguments override the split count and the
+    tile config (tests and the benchmark's sweep)."""
     batch, heads, d = q.shape
     max_seqlen, kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = heads // kv_heads
@@ -148,10 +152,10 @@ def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, *, num_splits=
     seqlens = cache_seqlens if cache_seqlens is not None else lse_part  # never read without HAS_SEQLENS
     _decode_split[(splits, batch * kv_heads)](
         q, k_cache, v_cache, seqlens, o_part, lse_part,
-        softmax_scale * LOG2E, max_seqlen, chunk, splits,
+        softmax_scale * LOG2E, max_seqlen, chunk, splits, max(window_left, 0),
         *q.stride(), *k_cache.stride(), *v_cache.stride(),
         HKV=kv_heads, GROUP=group, D=d, BLOCK_H=max(MIN_GROUP_ROWS, triton.next_power_of_2(group)),
-        BLOCK_N=block_n, HAS_SEQLENS=cache_seqlens is not None,
+        BLOCK_N=block_n, HAS_SEQLENS=cache_seqlens is not None, HAS_WINDOW=window_left >= 0,
         num_warps=num_warps or warps, num_stages=num_stages or stages,
     )
     _decode_merge[(batch * heads,)](

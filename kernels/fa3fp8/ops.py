@@ -9,9 +9,18 @@ import torch
 
 from . import env
 from .configs import fp8_blocks
-from .fp8_layout import QuantizedKV, QuantizedQ, QuantizedQKV, block_offsets, permute_v_keys, tile_bound
+from .fp8_layout import (
+    QuantizedKV,
+    QuantizedQ,
+    QuantizedQKV,
+    block_offsets,
+    permute_v_keys,
+    tile_bound,
+    unpermute_v_keys,
+)
 from .gpu import is_hopper
 from .reference import (
+    NO_WINDOW,
     attention_decode_reference,
     attention_fp8_reference,
     attention_varlen_reference,
@@ -52,16 +61,20 @@ def _cuda_serves_fp8(q: torch.Tensor, block_m: int, block_n: int) -> bool:
 # ------------------------------------------------------------------------------------ implementations
 
 
-def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+def _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      window_left=-1, window_right=-1):
+    window = (window_left, window_right)
     if _use_triton(q):
         from .attention import attention_fwd
 
         out, lse, _ = attention_fwd(
             q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-            softmax_scale, causal, max_seqlen_k=max_seqlen_k,
+            softmax_scale, causal, max_seqlen_k=max_seqlen_k, window_size=window,
         )
         return out, lse
-    out, lse = attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal)
+    out, lse = attention_varlen_reference(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_size=window
+    )
     return out.to(q.dtype), lse.to(torch.float32)
 
 
@@ -99,30 +112,36 @@ def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
 
 
 def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted):
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted,
+                   window_left=-1, window_right=-1):
+    window = (window_left, window_right)
     if _use_triton(q8):
         from .attention import attention_fwd
 
+        if v_permuted and window != NO_WINDOW:  # windows run the Triton kernel, which reads V's keys in order
+            v8t, v_permuted = unpermute_v_keys(v8t), False
         out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype, v_permuted=v_permuted,
-            max_seqlen_k=max_seqlen_k,
+            max_seqlen_k=max_seqlen_k, window_size=window,
         )
         return out, lse
     qkv = QuantizedQKV(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
         max_seqlen_q, max_seqlen_k, block_m, block_n, True, out_dtype, None, v_permuted,
     )
-    out, lse = attention_fp8_reference(qkv, softmax_scale, causal)
+    out, lse = attention_fp8_reference(qkv, softmax_scale, causal, window_size=window)
     return out.to(out_dtype), lse.to(torch.float32)
 
 
-def _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale):
+def _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left=-1):
     if _use_triton(q):
         from .decode import decode_fwd
 
-        return decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale)
-    out, lse = attention_decode_reference(q, k_cache, v_cache, cache_seqlens, softmax_scale)
+        return decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left)
+    out, lse = attention_decode_reference(
+        q, k_cache, v_cache, cache_seqlens, softmax_scale, window_size=(window_left, -1)
+    )
     return out.to(q.dtype), lse.to(torch.float32)
 
 
@@ -132,13 +151,17 @@ def _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale):
 @torch.library.custom_op("fa3fp8::attn_varlen", mutates_args=())
 def _attn_varlen_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int, window_right: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _attn_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+    return _attn_varlen_impl(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
+        window_right,
+    )
 
 
 @_attn_varlen_op.register_fake
-def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+def _attn_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      window_left, window_right):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -204,30 +227,33 @@ def _attn_fp8_op(
     q8: torch.Tensor, k8: torch.Tensor, v8t: torch.Tensor, q_scale: torch.Tensor, k_scale: torch.Tensor,
     v_scale: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, cu_blocks_q: torch.Tensor,
     cu_blocks_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, block_m: int, block_n: int,
-    softmax_scale: float, causal: bool, out_dtype: torch.dtype, v_permuted: bool,
+    softmax_scale: float, causal: bool, out_dtype: torch.dtype, v_permuted: bool, window_left: int,
+    window_right: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _attn_fp8_impl(
         q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-        max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted,
+        max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted, window_left,
+        window_right,
     )
 
 
 @_attn_fp8_op.register_fake
 def _attn_fp8_fake(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
-                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted):
+                   max_seqlen_q, max_seqlen_k, block_m, block_n, softmax_scale, causal, out_dtype, v_permuted,
+                   window_left, window_right):
     return q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((q8.shape[1], q8.shape[0]), dtype=torch.float32)
 
 
 @torch.library.custom_op("fa3fp8::attn_decode", mutates_args=())
 def _attn_decode_op(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor | None,
-    softmax_scale: float,
+    softmax_scale: float, window_left: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale)
+    return _attn_decode_impl(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left)
 
 
 @_attn_decode_op.register_fake
-def _attn_decode_fake(q, k_cache, v_cache, cache_seqlens, softmax_scale):
+def _attn_decode_fake(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:2], dtype=torch.float32)
 
 
@@ -374,6 +400,24 @@ def _softmax_scale(softmax_scale, d: int) -> float:
     return float(softmax_scale)
 
 
+def _window(window_size, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> tuple[int, int]:
+    """`window_size` checked and reduced to the bounds that hide a key of some sequence at most max_seqlen_q x
+    max_seqlen_k long: a bound that hides none becomes -1 (so that attention without a window in effect keeps the
+    fastest kernel), and so does the right one under `causal`, which already hides every key after the query's."""
+    valid = (
+        isinstance(window_size, (tuple, list)) and len(window_size) == 2
+        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= -1 for x in window_size)
+    )
+    if not valid:
+        raise ValueError(f"window_size must be a pair (left, right) of ints >= -1 (-1: unbounded), got {window_size!r}")
+    left, right = int(window_size[0]), int(window_size[1])
+    if left >= max_seqlen_k - 1:  # query i at key position i + seqlen_k - seqlen_q <= seqlen_k - 1
+        left = -1
+    if causal or right >= max_seqlen_q - 1:  # the first query, at seqlen_k - seqlen_q, is the most restricted
+        right = -1
+    return left, right
+
+
 def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
     """cu_seqlens of `batch` sequences of `seqlen` tokens, made once per (batch, seqlen, device) and shared read-only
     (made anew, the arange on the GPU cost ~20 us of host time per call on the H200, twice per dense attention or
@@ -437,7 +481,8 @@ def _forward_only(out, lse, *inputs):
 # ---------------------------------------------------------------------------------------------- public API
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadamard=None, return_lse=False):
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadamard=None, return_lse=False,
+                    window_size=NO_WINDOW):
     """Attention forward, FlashAttention-3 style, on Hopper through Triton (elsewhere the PyTorch reference).
 
     Args:
@@ -449,6 +494,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
         fp8: quantize Q, K, V to e4m3 inside (per-tile scales) and run the FP8 kernel.
         hadamard: with fp8, rotate Q and K by a random-sign Hadamard matrix first (default on).
         return_lse: also return the log-sum-exp of the scaled scores, `(batch, heads, seqlen_q)` fp32.
+        window_size: (left, right) local attention, as FlashAttention's: query i, at key position
+            i + seqlen_k - seqlen_q, sees keys from `left` before it to `right` after it (-1: unbounded; causal
+            bounds the right side at 0). Transformers' `sliding_window` w is (w - 1, w - 1). Windows run the Triton
+            kernel on Hopper.
 
     Returns:
         The output `(batch, seqlen_q, heads, d)` in q's dtype, and the LSE when `return_lse`. Forward only: where
@@ -459,13 +508,15 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     scale = _softmax_scale(softmax_scale, d)
     use_hadamard = _hadamard_flag(fp8, hadamard)
+    window = _window(window_size, bool(causal), seqlen_q, seqlen_k)
     if fp8:
-        out, lse = flash_attn_fp8_func(quantize_qkv(q, k, v, hadamard=use_hadamard), causal, scale, return_lse=True)
+        qkv = quantize_qkv(q, k, v, hadamard=use_hadamard, permute_v=False if window != NO_WINDOW else None)
+        out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
         out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
             q.reshape(batch * seqlen_q, heads, d), k.reshape(batch * seqlen_k, kv_heads, d),
             v.reshape(batch * seqlen_k, kv_heads, d), _dense_cu_seqlens(batch, seqlen_q, q.device),
-            _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal),
+            _dense_cu_seqlens(batch, seqlen_k, q.device), seqlen_q, seqlen_k, scale, bool(causal), *window,
         )
         out, lse = out.view(batch, seqlen_q, heads, d), lse.view(heads, batch, seqlen_q).transpose(0, 1)
     out, lse = _forward_only(out, lse, q, k, v)
@@ -474,7 +525,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
 
 def flash_attn_varlen_func(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None, causal=False,
-    fp8=False, hadamard=None, return_lse=False,
+    fp8=False, hadamard=None, return_lse=False, window_size=NO_WINDOW,
 ):
     """Attention forward over packed sequences.
 
@@ -483,7 +534,7 @@ def flash_attn_varlen_func(
         cu_seqlens_q, cu_seqlens_k: int32 `(batch + 1,)` offsets of each sequence, starting at 0, non-decreasing,
             ending at total_q / total_k.
         max_seqlen_q, max_seqlen_k: the longest sequence lengths (ints, at least the real ones).
-        softmax_scale, causal, fp8, hadamard, return_lse: as in `flash_attn_func`.
+        softmax_scale, causal, fp8, hadamard, return_lse, window_size: as in `flash_attn_func`, per sequence.
 
     Returns:
         The output `(total_q, heads, d)` in q's dtype, and with `return_lse` the LSE `(heads, total_q)` fp32;
@@ -493,14 +544,16 @@ def flash_attn_varlen_func(
     _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k, q.device)
     scale = _softmax_scale(softmax_scale, q.shape[-1])
     use_hadamard = _hadamard_flag(fp8, hadamard)
+    window = _window(window_size, bool(causal), max_seqlen_q, max_seqlen_k)
     if fp8:
         qkv = quantize_qkv(
-            q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _checked=True
+            q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            permute_v=False if window != NO_WINDOW else None, _checked=True,
         )
-        out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True)
+        out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
         out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal)
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, bool(causal), *window
         )
     out, lse = _forward_only(out, lse, q, k, v)
     return (out, lse) if return_lse else out
@@ -508,14 +561,17 @@ def flash_attn_varlen_func(
 
 def quantize_qkv(
     q, k, v, hadamard=True, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-    *, _checked=False,
+    *, permute_v=None, _checked=False,
 ) -> QuantizedQKV:
     """Quantize Q, K, V to FP8 e4m3 for `flash_attn_fp8_func`, one scale per (head, kernel tile of rows).
 
     Dense `(batch, seqlen, heads, d)` inputs, or packed `(total, heads, d)` ones with cu_seqlens and max_seqlen
     as in `flash_attn_varlen_func`. With `hadamard`, Q and K are rotated by the same random-sign Hadamard
-    matrix (QKᵀ unchanged, outliers spread). V is stored transposed, tile by tile (see QuantizedQKV).
+    matrix (QKᵀ unchanged, outliers spread). V is stored transposed, tile by tile (see QuantizedQKV); `permute_v`
+    as in `quantize_kv` (False for a bundle that windowed attention will read: windows run the Triton kernel).
     """
+    if permute_v is not None and not isinstance(permute_v, bool):
+        raise ValueError(f"permute_v must be None or a bool, got {permute_v!r}")
     packed = cu_seqlens_q is not None
     if not _checked:
         _check_qkv(q, k, v, packed=packed)
@@ -529,7 +585,8 @@ def quantize_qkv(
         v = v.reshape(k.shape)
     block_m, block_n = fp8_blocks(q.shape[-1])
     hadamard = bool(hadamard)
-    permute_v = _cuda_serves_fp8(q, block_m, block_n)
+    if permute_v is None:
+        permute_v = _cuda_serves_fp8(q, block_m, block_n)
     quantized = _op_or_impl(_quantize_qkv_op, _quantize_qkv_impl)(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, permute_v
     )
@@ -626,20 +683,23 @@ def assemble_qkv(q: QuantizedQ, kv: QuantizedKV) -> QuantizedQKV:
     )
 
 
-def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, return_lse=False):
+def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, return_lse=False,
+                        window_size=NO_WINDOW):
     """FP8 attention on a `quantize_qkv` or `assemble_qkv` bundle (the kernel alone, without the quantization pass).
 
-    Returns the output in the inputs' dtype, `(batch, seqlen_q, heads, d)` for dense bundles or
-    `(total_q, heads, d)` for packed ones, and with `return_lse` the LSE `(batch, heads, seqlen_q)` /
-    `(heads, total_q)` fp32.
+    `window_size` as in `flash_attn_func` (a bundle with V key-permuted for the CUDA kernel is read through an
+    unpermuted copy of V: quantize with `permute_v=False` for windows). Returns the output in the inputs' dtype,
+    `(batch, seqlen_q, heads, d)` for dense bundles or `(total_q, heads, d)` for packed ones, and with
+    `return_lse` the LSE `(batch, heads, seqlen_q)` / `(heads, total_q)` fp32.
     """
     if not isinstance(qkv, QuantizedQKV):
         raise ValueError(f"qkv must be a QuantizedQKV from quantize_qkv or assemble_qkv, got {type(qkv).__name__}")
     scale = _softmax_scale(softmax_scale, qkv.q8.shape[-1])
+    window = _window(window_size, bool(causal), qkv.max_seqlen_q, qkv.max_seqlen_k)
     out, lse = _op_or_impl(_attn_fp8_op, _attn_fp8_impl)(
         qkv.q8, qkv.k8, qkv.v8t, qkv.q_scale, qkv.k_scale, qkv.v_scale, qkv.cu_seqlens_q, qkv.cu_seqlens_k,
         qkv.cu_blocks_q, qkv.cu_blocks_k, qkv.max_seqlen_q, qkv.max_seqlen_k, qkv.block_m, qkv.block_n,
-        scale, bool(causal), qkv.out_dtype, qkv.v_permuted,
+        scale, bool(causal), qkv.out_dtype, qkv.v_permuted, *window,
     )
     if qkv.batch_shape is not None:
         batch, seqlen_q = qkv.batch_shape
@@ -648,7 +708,8 @@ def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, ret
     return (out, lse) if return_lse else out
 
 
-def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, return_lse=False):
+def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, return_lse=False,
+                           window_size=NO_WINDOW):
     """Decode attention: one new query token per sequence over its KV cache (split-KV flash-decoding on Hopper
     through Triton, elsewhere the PyTorch reference).
 
@@ -662,6 +723,8 @@ def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scal
             are clamped to [0, max_seqlen]. A sequence with 0 keys gives zeros and lse = -inf.
         softmax_scale: multiplies QKᵀ; default 1/sqrt(d).
         return_lse: also return the log-sum-exp of the scaled scores, `(batch, heads)` fp32.
+        window_size: as in `flash_attn_func`; the query is the newest position, so only its left bound counts: the
+            keys more than `left` before it are hidden.
 
     Returns:
         The output `(batch, heads, d)` in q's dtype, and the LSE when `return_lse`. No host synchronization on
@@ -669,6 +732,9 @@ def flash_attn_decode_func(q, k_cache, v_cache, cache_seqlens=None, softmax_scal
     """
     _check_decode(q, k_cache, v_cache, cache_seqlens)
     scale = _softmax_scale(softmax_scale, q.shape[-1])
-    out, lse = _op_or_impl(_attn_decode_op, _attn_decode_impl)(q, k_cache, v_cache, cache_seqlens, scale)
+    window_left = _window(window_size, True, 1, k_cache.shape[1])[0]
+    out, lse = _op_or_impl(_attn_decode_op, _attn_decode_impl)(
+        q, k_cache, v_cache, cache_seqlens, scale, window_left
+    )
     out, lse = _forward_only(out, lse, q, k_cache, v_cache)
     return (out, lse) if return_lse else out

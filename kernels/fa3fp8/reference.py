@@ -14,6 +14,7 @@ from .hadamard import rotate
 # P is scaled by 2**P_SHIFT before its FP8 conversion so that e4m3's normal range is used (FA3's offset of 8).
 P_SHIFT = 8
 _CHUNK_ELEMENTS = 1 << 25
+NO_WINDOW = (-1, -1)
 
 
 def _bounds(cu_seqlens) -> list[tuple[int, int]]:
@@ -21,8 +22,25 @@ def _bounds(cu_seqlens) -> list[tuple[int, int]]:
     return list(zip(cu[:-1], cu[1:]))
 
 
-def _attend(q, k, v, scale, causal, compute_dtype, quantize_p=False):
-    """One sequence: q (Sq, H, D), k/v (Sk, Hkv, D) -> out (Sq, H, D), lse (H, Sq), in compute_dtype."""
+def visible_keys(rows, cols, seqlen_q, seqlen_k, causal, window_size=NO_WINDOW):
+    """Which keys `cols` each query row of `rows` (broadcast against each other) sees, aligned bottom-right: query i
+    stands at key position i + seqlen_k - seqlen_q; causal hides the keys after it, and a window (left, right; -1:
+    unbounded) the keys more than `left` before it or more than `right` after it."""
+    at = rows + (seqlen_k - seqlen_q)
+    left, right = window_size
+    visible = torch.ones(torch.broadcast_shapes(at.shape, cols.shape), dtype=torch.bool, device=cols.device)
+    if causal:
+        visible = visible & (cols <= at)
+    if left >= 0:
+        visible = visible & (cols >= at - left)
+    if right >= 0:
+        visible = visible & (cols <= at + right)
+    return visible
+
+
+def _attend(q, k, v, scale, causal, compute_dtype, quantize_p=False, window_size=NO_WINDOW):
+    """One sequence: q (Sq, H, D), k/v (Sk, Hkv, D) -> out (Sq, H, D), lse (H, Sq), in compute_dtype; keys hidden as
+    `visible_keys` says."""
     sq, heads, _ = q.shape
     sk, kv_heads, _ = k.shape
     group = heads // kv_heads
@@ -38,10 +56,9 @@ def _attend(q, k, v, scale, causal, compute_dtype, quantize_p=False):
     for r0 in range(0, sq, rows):
         r1 = min(sq, r0 + rows)
         s = qf[:, r0:r1] @ kf.transpose(-1, -2) * scale
-        if causal:
-            # Bottom-right alignment: query i sees keys j <= i + (sk - sq).
+        if causal or window_size != NO_WINDOW:
             row_ids = torch.arange(r0, r1, device=q.device)[:, None]
-            s = s.masked_fill(cols[None, :] > row_ids + (sk - sq), -math.inf)
+            s = s.masked_fill(~visible_keys(row_ids, cols[None, :], sq, sk, causal, window_size), -math.inf)
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
         p = torch.exp(s - m)
@@ -54,33 +71,39 @@ def _attend(q, k, v, scale, causal, compute_dtype, quantize_p=False):
     return out.transpose(0, 1), lse
 
 
-def attention_reference(q, k, v, softmax_scale=None, causal=False, compute_dtype=torch.float32):
+def attention_reference(q, k, v, softmax_scale=None, causal=False, compute_dtype=torch.float32,
+                        window_size=NO_WINDOW):
     """Dense attention: q (B, Sq, H, D), k/v (B, Sk, Hkv, D) -> out (B, Sq, H, D), lse (B, H, Sq) in compute_dtype.
 
-    Causal masks are aligned bottom-right; fully masked rows give zeros and lse = -inf.
+    Causal masks and windows (`visible_keys`) are aligned bottom-right; fully masked rows give zeros and lse = -inf.
     """
     scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
-    outs, lses = zip(*(_attend(q[b], k[b], v[b], scale, causal, compute_dtype) for b in range(q.shape[0])))
+    outs, lses = zip(*(_attend(q[b], k[b], v[b], scale, causal, compute_dtype, window_size=window_size)
+                       for b in range(q.shape[0])))
     return torch.stack(outs), torch.stack(lses)
 
 
 def attention_varlen_reference(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None, causal=False, compute_dtype=torch.float32
+    q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None, causal=False, compute_dtype=torch.float32,
+    window_size=NO_WINDOW,
 ):
     """Packed attention: q (Tq, H, D), k/v (Tk, Hkv, D) -> out (Tq, H, D), lse (H, Tq) in compute_dtype."""
     scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
     out = q.new_zeros(q.shape, dtype=compute_dtype)
     lse = q.new_full((q.shape[1], q.shape[0]), -math.inf, dtype=compute_dtype)
     for (q0, q1), (k0, k1) in zip(_bounds(cu_seqlens_q), _bounds(cu_seqlens_k)):
-        out[q0:q1], lse[:, q0:q1] = _attend(q[q0:q1], k[k0:k1], v[k0:k1], scale, causal, compute_dtype)
+        out[q0:q1], lse[:, q0:q1] = _attend(
+            q[q0:q1], k[k0:k1], v[k0:k1], scale, causal, compute_dtype, window_size=window_size
+        )
     return out, lse
 
 
 def attention_decode_reference(
-    q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, compute_dtype=torch.float32
+    q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, compute_dtype=torch.float32, window_size=NO_WINDOW
 ):
     """Decode attention over a KV cache: q (B, H, D) is each sequence's newest token, k/v_cache (B, S, Hkv, D),
-    cache_seqlens (B,) the number of valid keys per sequence (None: all S; clamped to [0, S]).
+    cache_seqlens (B,) the number of valid keys per sequence (None: all S; clamped to [0, S]); a window's left
+    bound hides the keys more than that many before the newest.
 
     Returns out (B, H, D) and lse (B, H) in compute_dtype; a sequence without keys gives zeros and lse = -inf.
     """
@@ -93,7 +116,8 @@ def attention_decode_reference(
     for b, n in enumerate(lens):
         n = min(max(n, 0), max_seqlen)
         if n:
-            o, l = _attend(q[b, None], k_cache[b, :n], v_cache[b, :n], scale, False, compute_dtype)
+            o, l = _attend(q[b, None], k_cache[b, :n], v_cache[b, :n], scale, False, compute_dtype,
+                           window_size=window_size)
             out[b], lse[b] = o[0], l[:, 0]
     return out, lse
 
@@ -160,7 +184,8 @@ def dequantize(data8, scale, cu_seqlens, block, transposed=False):
     return out
 
 
-def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False, quantize_p=True):
+def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False, quantize_p=True,
+                            window_size=NO_WINDOW):
     """Attention on the dequantized bundle in float64, with P rounded to e4m3 like the kernel (against the final
     row max). Returns packed out (Tq, H, D) and lse (H, Tq)."""
     d = qkv.q8.shape[-1]
@@ -173,7 +198,8 @@ def attention_fp8_reference(qkv: QuantizedQKV, softmax_scale=None, causal=False,
     lse = q.new_full((q.shape[1], q.shape[0]), -math.inf)
     for (q0, q1), (k0, k1) in zip(_bounds(qkv.cu_seqlens_q), _bounds(qkv.cu_seqlens_k)):
         out[q0:q1], lse[:, q0:q1] = _attend(
-            q[q0:q1], k[k0:k1], v[k0:k1], scale, causal, torch.float64, quantize_p=quantize_p
+            q[q0:q1], k[k0:k1], v[k0:k1], scale, causal, torch.float64, quantize_p=quantize_p,
+            window_size=window_size,
         )
     return out, lse
 

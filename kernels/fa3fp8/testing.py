@@ -1,6 +1,6 @@
 """Helpers shared by fa3fp8's tests and benchmarks: readable case ids, fresh random inputs (FlashAttention-3's
 FP8 test distribution too), bit-for-bit comparison of FP8 bundles and their V key order, poisoned CUDA memory,
-error metrics, host enqueue time, dense calls on empty batches."""
+error metrics, host enqueue time, dense calls on empty batches, Triton kernels compiled for sm_90 without a GPU."""
 
 import dataclasses
 import math
@@ -98,3 +98,18 @@ def assert_dense_calls_without_queries_or_keys(device, dtype, d: int, fp8: bool)
     q, k, v = random_qkv(2, 3, 0, 4, 2, d, dtype, device)
     out, lse = flash_attn_func(q, k, v, causal=True, fp8=fp8, return_lse=True)
     assert out.shape == q.shape and (out == 0).all() and torch.isneginf(lse).all()
+
+
+def compile_for_hopper(kernel, signature: dict, consts: dict, aligned=(), **options):
+    """Triton `kernel` compiled for sm_90 without a GPU: its arguments are i32 unless `signature` types them or
+    `consts` fixes them; `aligned` ones get the 16-byte divisibility a launch specializes on; `options` as
+    triton.compile's (num_warps, num_stages)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    full = {name: "constexpr" if name in consts else "i32" for name in names}
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
+    source = ASTSource(kernel, {**full, **signature}, consts, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)

@@ -34,6 +34,16 @@ DENSE = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
     (1, 40, 40, 2, 2, 256, False),
 ]
 VARLEN = [([5, 40, 33], [7, 40, 50], 4, 2, 64)]
+# (dense shape, window_size): left edges inside a key tile and across tiles, a right edge without a causal mask,
+# windows of one key, and rows that see no key (more queries than keys, a window right of every key)
+WINDOWED = [
+    ((2, 37, 70, 4, 2, 64, True), (5, -1)),
+    ((2, 37, 70, 4, 2, 64, False), (16, 3)),
+    ((1, 70, 70, 2, 1, 128, True), (40, -1)),
+    ((1, 50, 20, 2, 2, 64, False), (0, 0)),
+    ((1, 50, 20, 2, 2, 64, True), (3, -1)),
+    ((1, 40, 40, 2, 2, 256, False), (-1, 7)),
+]
 
 
 def max_err(x, ref):
@@ -51,12 +61,12 @@ def packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed):
     return q, k, v, cu_q, cu_k
 
 
-def dense_case(shape):
+def dense_case(shape, window_size=(-1, -1)):
     batch, sq, sk, heads, kv_heads, d, causal = shape
     q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape))
-    out, lse = fa3fp8.flash_attn_func(q, k, v, causal=causal, return_lse=True)
-    ref, ref_lse = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
-    same, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float16)
+    out, lse = fa3fp8.flash_attn_func(q, k, v, causal=causal, return_lse=True, window_size=window_size)
+    ref, ref_lse = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, window_size=window_size)
+    same, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float16, window_size=window_size)
     masked = torch.isinf(ref_lse)
     return {
         "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
@@ -65,11 +75,17 @@ def dense_case(shape):
     }
 
 
-def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal):
+def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal, window_size=(-1, -1)):
     q, k, v, cu_q, cu_k = packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed=7)
-    out, lse = fa3fp8.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True)
-    ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float64)
-    same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float16)
+    out, lse = fa3fp8.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True, window_size=window_size
+    )
+    ref, ref_lse = attention_varlen_reference(
+        q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float64, window_size=window_size
+    )
+    same, _ = attention_varlen_reference(
+        q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float16, window_size=window_size
+    )
     masked = torch.isinf(ref_lse)
     return {
         "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
@@ -77,13 +93,13 @@ def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal):
     }
 
 
-def fp8_case(shape):
+def fp8_case(shape, window_size=(-1, -1)):
     causal = shape[-1]
     q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape) + 1)
     qkv = fa3fp8.quantize_qkv(q, k, v)
-    out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal)
-    ref8, _ = attention_fp8_reference(qkv, causal=causal)
-    exact, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+    out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal, window_size=window_size)
+    ref8, _ = attention_fp8_reference(qkv, causal=causal, window_size=window_size)
+    exact, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, window_size=window_size)
     return {
         "kernel_vs_fp8_ref": rmse(out.reshape(ref8.shape), ref8),
         "fp8_ref_vs_exact": rmse(ref8, exact.reshape(ref8.shape)),
@@ -170,6 +186,11 @@ def main():
     for shape in [(2, 37, 70, 4, 2, 64, False), (1, 65, 65, 2, 1, 128, True), (1, 50, 20, 2, 2, 64, True)]:
         results["fp8-" + case_id(*shape)] = fp8_case(shape)
     results["fp8-varlen-lens5_40_33-H4-KV2-D64-causal"] = fp8_varlen_case(*VARLEN[0])
+    for shape, window in WINDOWED:
+        name = f"{case_id(*shape)}-window{window[0]}_{window[1]}"
+        results["dense-" + name] = dense_case(shape, window)
+        results["fp8-" + name] = fp8_case(shape, window)
+    results["varlen-lens5_40_33-H4-KV2-D64-causal-window6_-1"] = varlen_case(*VARLEN[0], True, (6, -1))
     for d in (64, 128):
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)

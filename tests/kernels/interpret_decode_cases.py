@@ -34,6 +34,13 @@ CASES = {
     "zero-length-cache": (2, 0, 4, 2, 64, None, "dense", False, {}),
 }
 SCALE_CASE = (2, 50, 4, 2, 64, [50, 17])
+# name -> (case, window_size): a window that starts inside a split, one that leaves whole splits empty, and one of the
+# query's own key only
+WINDOWED = {
+    "window-40-ragged-3splits": ((3, 150, 8, 2, 64, [150, 1, 97], "dense", True, dict(num_splits=3)), (40, -1)),
+    "window-5-38-splits": ((2, 600, 4, 2, 64, [600, 333], "dense", False, dict(num_splits=64, block_n=16)), (5, -1)),
+    "window-0-D128": ((2, 100, 16, 2, 128, None, "dense", False, {}), (0, 3)),
+}
 
 
 def caches(batch, max_seqlen, kv_heads, d, layout, gen):
@@ -53,7 +60,8 @@ def max_err(x, ref):
     return (x.double() - ref.double()).abs().max().item()
 
 
-def run_case(batch, max_seqlen, heads, kv_heads, d, lens, layout, late_peak, overrides, softmax_scale=None):
+def run_case(batch, max_seqlen, heads, kv_heads, d, lens, layout, late_peak, overrides, softmax_scale=None,
+             window_size=(-1, -1)):
     gen = torch.Generator().manual_seed(batch * max_seqlen + heads + d)
     q = torch.randn(heads, batch, d, generator=gen).half().transpose(0, 1)  # strided q too
     k, v = caches(batch, max_seqlen, kv_heads, d, layout, gen)
@@ -63,11 +71,17 @@ def run_case(batch, max_seqlen, heads, kv_heads, d, lens, layout, late_peak, ove
     seqlens = None if lens is None else torch.tensor(lens, dtype=torch.int32)
     if overrides:
         scale = softmax_scale if softmax_scale is not None else d**-0.5
-        out, lse = decode_fwd(q, k, v, seqlens, scale, **overrides)
+        out, lse = decode_fwd(q, k, v, seqlens, scale, window_size[0], **overrides)
     else:
-        out, lse = fa3fp8.flash_attn_decode_func(q, k, v, seqlens, softmax_scale, return_lse=True)
-    ref, ref_lse = attention_decode_reference(q, k, v, seqlens, softmax_scale, compute_dtype=torch.float64)
-    same, _ = attention_decode_reference(q, k, v, seqlens, softmax_scale, compute_dtype=torch.float16)
+        out, lse = fa3fp8.flash_attn_decode_func(
+            q, k, v, seqlens, softmax_scale, return_lse=True, window_size=window_size
+        )
+    ref, ref_lse = attention_decode_reference(
+        q, k, v, seqlens, softmax_scale, compute_dtype=torch.float64, window_size=window_size
+    )
+    same, _ = attention_decode_reference(
+        q, k, v, seqlens, softmax_scale, compute_dtype=torch.float16, window_size=window_size
+    )
     masked = torch.isinf(ref_lse)
     return {
         "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
@@ -81,6 +95,8 @@ def run_case(batch, max_seqlen, heads, kv_heads, d, lens, layout, late_peak, ove
 def main():
     results = {name: run_case(*case) for name, case in CASES.items()}
     results["softmax-scale-0.3"] = run_case(*SCALE_CASE, "dense", False, {}, softmax_scale=0.3)
+    for name, (case, window) in WINDOWED.items():
+        results[name] = run_case(*case, window_size=window)
     json.dump(results, sys.stdout)
 
 

@@ -1,5 +1,6 @@
 """The Triton kernels (attention.py, quantize.py) on the CPU under TRITON_INTERPRET=1, against the reference, and
-the split quantization API (quantize_q, quantize_kv, assemble_qkv) on them against quantize_qkv.
+the split quantization API (quantize_q, quantize_kv, assemble_qkv) on them against quantize_qkv; the attention
+kernel compiled for sm_90.
 
 The interpreter runs in a subprocess (interpret_cases.py) so that it never leaks into other tests; each case
 it reports becomes one test here.
@@ -13,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from fa3fp8.attention import _attn_fwd
+from fa3fp8.configs import TUNED
+from fa3fp8.testing import compile_for_hopper
+
 HERE = Path(__file__).resolve().parent
 DENSE_IDS = [
     "dense-B2-Sq37-Sk70-H4-KV2-D64-full-float16",
@@ -22,9 +27,19 @@ DENSE_IDS = [
     "dense-B1-Sq40-Sk40-H2-KV2-D256-full-float16",
     "varlen-lens5_40_33-H4-KV2-D64-full",
     "varlen-lens5_40_33-H4-KV2-D64-causal",
+    "varlen-lens5_40_33-H4-KV2-D64-causal-window6_-1",
 ]
+WINDOWED_IDS = [  # interpret_cases.WINDOWED
+    "B2-Sq37-Sk70-H4-KV2-D64-causal-window5_-1",
+    "B2-Sq37-Sk70-H4-KV2-D64-full-window16_3",
+    "B1-Sq70-Sk70-H2-KV1-D128-causal-window40_-1",
+    "B1-Sq50-Sk20-H2-KV2-D64-full-window0_0",
+    "B1-Sq50-Sk20-H2-KV2-D64-causal-window3_-1",
+    "B1-Sq40-Sk40-H2-KV2-D256-full-window-1_7",
+]
+DENSE_IDS += ["dense-" + name for name in WINDOWED_IDS]
 FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal", "fp8-B1-Sq50-Sk20-H2-KV2-D64-causal",
-           "fp8-varlen-lens5_40_33-H4-KV2-D64-causal"]
+           "fp8-varlen-lens5_40_33-H4-KV2-D64-causal", *("fp8-" + name for name in WINDOWED_IDS)]
 QUANT_IDS = [f"quantize-D{d}-{kind}" for d in (64, 128) for kind in (
     "hadamard", "v-transposed", "v-key-permuted", "hadamard-heads-major", "v-heads-major")]
 SPLIT_QUANT_IDS = [f"split-quantize-D{d}-{order}" for d in (64, 128) for order in ("v-in-order", "v-key-permuted")]
@@ -74,3 +89,24 @@ def test_split_quantization_equals_quantize_qkv_bit_for_bit(interpreted, case):
     r = interpreted[case]
     assert r["dense"] == [] and r["packed"] == [] and r["suffix"] == []
     assert r["blocks"] == [2, 3]  # the suffix held a full and a partial block of the whole's three
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("window", [False, True], ids=["no-window", "window"])
+def test_attention_kernel_compiles_for_hopper_on_wgmma(window, fp8):
+    # the GPU tests run it; here the sm_90 build of each variant: tensor-core products, and a window's masked left
+    # edge in no more shared memory than the kernel without it
+    config = TUNED[(128, fp8)][0]
+    data = "*fp8e4nv" if fp8 else "*bf16"
+
+    def build(window):
+        consts = dict(H=8, HKV=2, D=128, CAUSAL=True, WINDOW=window, IS_FP8=fp8, P_SHIFT=8.0 if fp8 else 0.0,
+                      ROUND_FIRST=False, FAST_EXP=not fp8, **config.kwargs)
+        signature = dict(Q=data, K=data, V=data, O="*bf16", LSE="*fp32", QS="*fp32", KS="*fp32", VS="*fp32",
+                         CU_Q="*i32", CU_K="*i32", CU_BQ="*i32", CU_BK="*i32", qk_scale="fp32")
+        return compile_for_hopper(_attn_fwd, signature, consts, ("Q", "K", "V", "O", "LSE"),
+                                  num_warps=config.num_warps, num_stages=config.num_stages)
+
+    kernel = build(window)
+    assert "wgmma.mma_async" in kernel.asm["ptx"]
+    assert kernel.metadata.shared <= build(False).metadata.shared

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 import fa3fp8
 from fa3fp8.decode import MERGE_BLOCK_S, MIN_GROUP_ROWS, TILES, _decode_merge, _decode_split, split_plan
 from fa3fp8.reference import attention_decode_reference
+from fa3fp8.testing import compile_for_hopper
 
 HERE = Path(__file__).resolve().parent
 INTERPRETED_IDS = [
     "gqa4-ragged-0-1-D64", "gqa8-full-D128", "mqa-D128-3splits", "mha-D256", "sliced-cache-D64",
     "head-major-cache-D128", "one-split-10-tiles-late-peak", "38-splits-merged-in-2-steps-late-peak", "all-empty",
-    "zero-length-cache", "softmax-scale-0.3",
+    "zero-length-cache", "softmax-scale-0.3", "window-40-ragged-3splits", "window-5-38-splits", "window-0-D128",
 ]
 
 
@@ -53,26 +53,15 @@ ALIGNED_ARGS = ("Q", "K", "V", "SEQLENS", "O_PART", "LSE_PART", "stride_qb", "st
                 "stride_kh", "stride_vb", "stride_vn", "stride_vh")
 
 
-def compile_for_hopper(kernel, signature, consts, aligned=(), **options):
-    """`kernel` for sm_90 without a GPU; `aligned` args get the 16-byte divisibility a launch specializes on."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    names = kernel.arg_names
-    full = {name: "constexpr" if name in consts else "i32" for name in names}
-    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
-    source = ASTSource(kernel, {**full, **signature}, consts, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-
-
+@pytest.mark.parametrize("window", [False, True])
 @pytest.mark.parametrize("d", sorted(TILES))
-def test_kernels_compile_for_hopper_with_pipelined_loads(d):
+def test_kernels_compile_for_hopper_with_pipelined_loads(d, window):
     block_n, warps, stages = TILES[d]
     split = compile_for_hopper(
         _decode_split,
         dict(Q="*bf16", K="*bf16", V="*bf16", SEQLENS="*i32", O_PART="*fp32", LSE_PART="*fp32", qk_scale="fp32"),
         dict(stride_qd=1, stride_kd=1, stride_vd=1, HKV=8, GROUP=4, D=d, BLOCK_H=MIN_GROUP_ROWS, BLOCK_N=block_n,
-             HAS_SEQLENS=True),
+             HAS_SEQLENS=True, HAS_WINDOW=window),
         ALIGNED_ARGS, num_warps=warps, num_stages=stages,
     )
     assert "cp.async" in split.asm["ptx"]  # K/V tiles are prefetched while the current one is used
@@ -198,8 +187,8 @@ def test_cpu_falls_back_to_reference():
 def test_custom_op_passes_opcheck():
     args = _decode_args()
     op = torch.ops.fa3fp8.attn_decode.default
-    torch.library.opcheck(op, (args["q"], args["k_cache"], args["v_cache"], args["cache_seqlens"], 0.125))
-    torch.library.opcheck(op, (args["q"], args["k_cache"], args["v_cache"], None, 0.125))
+    torch.library.opcheck(op, (args["q"], args["k_cache"], args["v_cache"], args["cache_seqlens"], 0.125, -1))
+    torch.library.opcheck(op, (args["q"], args["k_cache"], args["v_cache"], None, 0.125, 5))
 
 
 def test_torch_compile_traces_through_the_op():

@@ -29,6 +29,11 @@ BAD_DENSE = {
     "softmax-scale-nan": (dict(softmax_scale=float("nan")), "softmax_scale"),
     "softmax-scale-bool": (dict(softmax_scale=True), "softmax_scale"),
     "hadamard-without-fp8": (dict(hadamard=True), "hadamard applies to the FP8 path only"),
+    "window-int": (dict(window_size=4), "window_size must be a pair"),
+    "window-three": (dict(window_size=(4, 0, 1)), "window_size must be a pair"),
+    "window-below-minus-one": (dict(window_size=(-2, 0)), "window_size must be a pair"),
+    "window-float": (dict(window_size=(4.0, 0)), "window_size must be a pair"),
+    "window-bool": (dict(window_size=(True, 0)), "window_size must be a pair"),
 }
 
 
@@ -162,6 +167,33 @@ def test_cpu_falls_back_to_reference(causal):
     torch.testing.assert_close(lse, ref_lse)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_windows_hide_keys_on_the_reference_path(fp8, causal):
+    # a window narrower than the keys changes the output; one as wide as every sequence is no window at all
+    q, k, v = random_qkv(2, 12, 20, 4, 2, 64, torch.bfloat16, "cpu", seed=11)
+    narrow = fa3fp8.flash_attn_func(q, k, v, causal=causal, fp8=fp8, window_size=(3, 2))
+    wide = fa3fp8.flash_attn_func(q, k, v, causal=causal, fp8=fp8, window_size=(19, 11))
+    plain = fa3fp8.flash_attn_func(q, k, v, causal=causal, fp8=fp8)
+    assert torch.equal(wide, plain)
+    assert not torch.allclose(narrow, plain, atol=1e-2)
+    if not fp8:
+        ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, window_size=(3, 2))
+        torch.testing.assert_close(narrow.double(), ref, atol=2e-2, rtol=0)
+
+
+def test_window_bounds_that_hide_no_key_are_dropped():
+    from fa3fp8.ops import _window
+
+    assert _window((-1, -1), False, 8, 8) == (-1, -1)
+    assert _window((7, 7), False, 8, 8) == (-1, -1)  # query 7 reaches key 0, query 0 key 7
+    assert _window((6, 6), False, 8, 8) == (6, 6)
+    assert _window((6, 6), True, 8, 8) == (6, -1)  # causal: no key after the query anyway
+    assert _window((3, 3), False, 4, 20) == (3, -1)  # the first of 4 queries stands at key 16, 3 before the last
+    assert _window((3, 2), False, 4, 20) == (3, 2)
+    assert _window([5, 0], False, 1, 3) == (-1, -1)
+
+
 def test_dense_calls_share_their_cu_seqlens():
     # made once per (batch, seqlen, device): an arange on the GPU cost host time on every call
     q, k, v = random_qkv(2, 20, 33, 4, 2, 128, torch.bfloat16, "cpu")
@@ -203,7 +235,8 @@ def test_key_permuted_bundle_gives_the_same_attention_on_the_reference():
 def test_custom_ops_pass_opcheck():
     q, k, v = (x.reshape(-1, *x.shape[2:]) for x in random_qkv(2, 8, 8, 2, 1, 64, torch.float16, "cpu"))
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
-    torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True))
+    torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, True, -1, -1))
+    torch.library.opcheck(torch.ops.fa3fp8.attn_varlen.default, (q, k, v, cu, cu, 8, 8, 0.125, False, 3, 2))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, False))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_qkv.default, (q, k, v, cu, cu, 8, 8, 32, 32, True, True))
     torch.library.opcheck(torch.ops.fa3fp8.quantize_q.default, (q, cu, 8, 32, True))
@@ -211,12 +244,16 @@ def test_custom_ops_pass_opcheck():
         torch.library.opcheck(torch.ops.fa3fp8.quantize_kv.default, (k, v, cu, 8, 32, True, permute_v))
 
 
+@pytest.mark.parametrize("window_size", [(-1, -1), (4, -1)], ids=["no-window", "window"])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_torch_compile_traces_through_the_ops(fp8):
+def test_torch_compile_traces_through_the_ops(fp8, window_size):
     """fullgraph: the ops' fake kernels give torch.compile the output shapes (opcheck cannot run FP8 on a CPU)."""
     q, k, v = random_qkv(1, 16, 16, 2, 2, 64, torch.bfloat16, "cpu")
-    compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True, fp8=fp8) * 2, fullgraph=True)
-    torch.testing.assert_close(compiled(q, k, v), fa3fp8.flash_attn_func(q, k, v, causal=True, fp8=fp8) * 2)
+
+    def attend(a, b, c):
+        return fa3fp8.flash_attn_func(a, b, c, causal=True, fp8=fp8, window_size=window_size) * 2
+
+    torch.testing.assert_close(torch.compile(attend, fullgraph=True)(q, k, v), attend(q, k, v))
 
 
 def test_torch_compile_traces_through_the_split_quantization():

@@ -45,6 +45,28 @@ def test_causal_is_aligned_bottom_right():
     torch.testing.assert_close(out[:, :1], first)
 
 
+WINDOWS = [((2, -1), True), ((4, 3), False), ((0, 0), False), ((-1, 2), False), ((5, 1), True)]
+
+
+@pytest.mark.parametrize("window_size, causal", WINDOWS, ids=[f"{w[0]}_{w[1]}-{c}" for w, c in WINDOWS])
+def test_window_matches_sdpa_with_its_mask_in_float64(window_size, causal):
+    # query i stands at key i + sk - sq and sees keys [i + sk - sq - left, i + sk - sq + right], causal ones <= it
+    q, k, v = random_qkv(1, 9, 14, 2, 2, 64, torch.float64, "cpu")
+    out, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, window_size=window_size)
+    at, cols = torch.arange(9)[:, None] + 5, torch.arange(14)[None, :]
+    left, right = window_size
+    mask = ((cols >= at - left) | (left < 0)) & ((cols <= at + right) | (right < 0)) & ((cols <= at) | (not causal))
+    expect = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+    torch.testing.assert_close(out, expect.transpose(1, 2), rtol=1e-10, atol=1e-10)
+
+
+def test_a_window_right_of_every_key_gives_zeros():
+    q, k, v = random_qkv(1, 6, 4, 2, 2, 64, torch.float32, "cpu")
+    out, lse = attention_reference(q, k, v, window_size=(0, 0))  # queries 0 and 1 stand before key 0
+    assert torch.equal(out[:, :2], torch.zeros_like(out[:, :2]))
+    assert torch.isinf(lse[:, :, :2]).all() and torch.isfinite(lse[:, :, 2:]).all()
+
+
 def test_fully_masked_rows_give_zeros_and_minus_inf_lse():
     q, k, v = random_qkv(1, 6, 4, 2, 2, 64, torch.float32, "cpu")
     out, lse = attention_reference(q, k, v, causal=True)
