@@ -5,7 +5,10 @@ transformers calls an attention function with query (batch, heads, seq_q, d) and
 as one row with `cu_seq_lens_q/k` and `max_length_q/k` kwargs and go to the varlen kernel. Padding is never
 used (short documents are packed instead): the mask hook is transformers' flash-attention one, which passes
 no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
-attended.
+attended. For the same reason a layer's sliding window reaches attention only as its `sliding_window` kwarg, which
+becomes fa3fp8's `window_size` (the decode paths that take no window read only the window's keys); logit
+soft-capping and attention sinks, which fa3fp8 does not compute, are refused (`fa3_unsupported`: the runtime then
+takes sdpa or eager).
 
 FP8 prefill chunks over the session's cache (`quantized_prefill`) that follow cached keys quantize only their
 queries and the keys new since the last chunk: the cached K/V come quantized from the cache layer's FP8 mirror
@@ -46,6 +49,28 @@ def set_decode_attention(choice: DecodeAttention) -> None:
     _decode_attention = choice
 
 
+def window_size(sliding_window: int | None) -> tuple[int, int]:
+    """fa3fp8's window for transformers' `sliding_window` w (query at position p sees keys after p - w, and under
+    no causal mask before p + w, as transformers' flash-attention path passes it); (-1, -1) for None."""
+    if sliding_window is None:
+        return (-1, -1)
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
+        raise ValueError(f"sliding_window must be a positive int or None, got {sliding_window!r}")
+    return (sliding_window - 1, sliding_window - 1)
+
+
+def fa3_unsupported(model: torch.nn.Module) -> list[str]:
+    """What of `model`'s attention fa3fp8 does not compute (an fa3 implementation would give wrong outputs): logit
+    soft-capping and attention sinks."""
+    config = model.config.get_text_config(decoder=True)
+    missing = []
+    if getattr(config, "attn_logit_softcapping", None):
+        missing.append("logit soft-capping (attn_logit_softcapping)")
+    if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
+        missing.append("attention sinks")
+    return missing
+
+
 def _decode_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
     out = F.scaled_dot_product_attention(query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2)
@@ -78,19 +103,32 @@ def static_decode(seqlens: torch.Tensor) -> Iterator[None]:
         _static_seqlens = None
 
 
-def _decode_split(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+def _decode_split(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None,
+                  window: tuple[int, int]) -> torch.Tensor:
     # The split-KV decode kernel reads the cache in its own (batch, seq, kv_heads, d) layout: with the session's
     # preallocated cache, key.transpose(1, 2) is a view of the cache buffer, so nothing is copied.
     import fa3fp8
 
     out = fa3fp8.flash_attn_decode_func(
         query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), cache_seqlens=_static_seqlens,
-        softmax_scale=scaling,
+        softmax_scale=scaling, window_size=window,
     )
     return out.unsqueeze(1)
 
 
-_DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul, "split": _decode_split}
+_DECODE_FUNCTIONS = {"sdpa": _decode_sdpa, "matmul": _decode_matmul}
+
+
+def _decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None,
+            window: tuple[int, int]) -> torch.Tensor:
+    """One new token per sequence by the chosen decode path. The query is the newest position, so a window keeps
+    the last left + 1 keys: the paths without a window of their own read only those (static mode, where the keys
+    are the whole reserved buffer, is the split kernel's, which bounds them itself)."""
+    if _decode_attention == "split":
+        return _decode_split(query, key, value, scaling, window)
+    if window[0] >= 0:
+        key, value = key[:, :, -(window[0] + 1):], value[:, :, -(window[0] + 1):]
+    return _DECODE_FUNCTIONS[_decode_attention](query, key, value, scaling)
 
 _quantized_cache: PreallocatedCache | None = None
 
@@ -112,7 +150,7 @@ def quantized_prefill(cache: Cache) -> Iterator[None]:
 
 
 def _fp8_cached_prefill(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, scaling: float | None,
-                        causal: bool) -> torch.Tensor:
+                        causal: bool, window: tuple[int, int]) -> torch.Tensor:
     import fa3fp8
 
     layer = _quantized_cache.layers[module.layer_idx]
@@ -123,7 +161,7 @@ def _fp8_cached_prefill(module: torch.nn.Module, query: torch.Tensor, key: torch
             "be the one the forward updates"
         )
     qkv = fa3fp8.assemble_qkv(fa3fp8.quantize_q(query.transpose(1, 2)), layer.quantized_kv())
-    return fa3fp8.flash_attn_fp8_func(qkv, causal=causal, softmax_scale=scaling)
+    return fa3fp8.flash_attn_fp8_func(qkv, causal=causal, softmax_scale=scaling, window_size=window)
 
 
 def _fa3_forward(
@@ -144,6 +182,12 @@ def _fa3_forward(
         raise ValueError("fa3 attention takes no attention_mask: pack sequences with cu_seq_lens instead of padding")
     if dropout:
         raise ValueError("fa3 attention is inference-only: dropout must be 0")
+    for name in ("softcap", "s_aux"):
+        if kwargs.get(name) is not None:
+            raise ValueError(
+                f"fa3 attention computes no {name} (logit soft-capping / attention sinks): use sdpa or eager"
+            )
+    window = window_size(kwargs.get("sliding_window"))
     causal = kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True)
     cu_seq_lens_q = kwargs.get("cu_seq_lens_q")
     if cu_seq_lens_q is not None:
@@ -161,12 +205,13 @@ def _fa3_forward(
             softmax_scale=scaling,
             causal=causal,
             fp8=fp8,
+            window_size=window,
         )
         return out.unsqueeze(0), None
-    if query.shape[2] == 1 and _decode_attention in _DECODE_FUNCTIONS:
-        return _DECODE_FUNCTIONS[_decode_attention](query, key, value, scaling), None
+    if query.shape[2] == 1 and _decode_attention != "kernel":
+        return _decode(query, key, value, scaling, window), None
     if fp8 and _quantized_cache is not None and query.shape[0] == 1 and 1 < query.shape[2] < key.shape[2]:
-        return _fp8_cached_prefill(module, query, key, scaling, causal), None
+        return _fp8_cached_prefill(module, query, key, scaling, causal, window), None
     out = fa3fp8.flash_attn_func(
         query.transpose(1, 2),
         key.transpose(1, 2),
@@ -174,6 +219,7 @@ def _fa3_forward(
         softmax_scale=scaling,
         causal=causal,
         fp8=fp8,
+        window_size=window,
     )
     return out, None
 

@@ -8,7 +8,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from core.logging import get_logger
 from core.settings import PREFILL_CHUNK_TOKENS
-from worker.llm.attention import ATTENTION_IMPLEMENTATIONS, register_fa3_attention, set_decode_attention
+from worker.llm.attention import (
+    ATTENTION_IMPLEMENTATIONS,
+    FA3_IMPLEMENTATIONS,
+    fa3_unsupported,
+    register_fa3_attention,
+    set_decode_attention,
+)
 from worker.llm.compiled_blocks import compile_pointwise_blocks
 
 log = get_logger()
@@ -100,7 +106,9 @@ def runtime_for(
     decode_graph: bool = True,
     compile_blocks: bool = True,
 ) -> LLMRuntime:
-    """Wrap a model already in memory, switching its attention to `attention_impl`.
+    """Wrap a model already in memory, switching its attention to `attention_impl` (sdpa, or eager where the model
+    has no sdpa path, with a warning, where an fa3 implementation would not compute the model's attention:
+    `fa3_unsupported`).
 
     `max_context` defaults to the model's `max_position_embeddings`; `decode_graph` lets decode steps replay from
     a CUDA graph where the attention implementation allows it (`decode_graph.py`); `compile_blocks` compiles the
@@ -110,6 +118,13 @@ def runtime_for(
     if prefill_chunk_tokens < 1 or pack_token_budget < 1:
         raise ValueError("prefill_chunk_tokens and pack_token_budget must be positive")
     register_fa3_attention()
+    missing = fa3_unsupported(model) if attention_impl in FA3_IMPLEMENTATIONS else []
+    if missing:
+        # such models (Gemma 2, gpt-oss) often lack an sdpa path in transformers too: theirs is eager then
+        used = "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
+        log.warning("attention_impl_unavailable", configured=attention_impl, used=used,
+                    reason=f"fa3 attention does not compute {' or '.join(missing)}")
+        attention_impl = used
     if model.config._attn_implementation != attention_impl:
         model.set_attn_implementation(attention_impl)
     if compile_blocks and model.device.type == "cuda":
