@@ -7,8 +7,8 @@ used (short documents are packed instead): the mask hook is transformers' flash-
 no mask for unpadded input and the 2D padding mask otherwise, so padded input is refused, not silently
 attended. For the same reason a layer's sliding window reaches attention only as its `sliding_window` kwarg, which
 becomes fa3fp8's `window_size` (the decode paths that take no window read only the window's keys); logit
-soft-capping and attention sinks, which fa3fp8 does not compute, are refused (`fa3_unsupported`: the runtime then
-takes sdpa or eager).
+soft-capping, attention sinks and other masked layer kinds (chunked attention), which fa3fp8 does not compute, are
+refused (`fa3_unsupported`: the runtime then takes sdpa or eager).
 
 FP8 prefill chunks over the session's cache (`quantized_prefill`) that follow cached keys quantize only their
 queries and the keys new since the last chunk: the cached K/V come quantized from the cache layer's FP8 mirror
@@ -59,13 +59,24 @@ def window_size(sliding_window: int | None) -> tuple[int, int]:
     return (sliding_window - 1, sliding_window - 1)
 
 
+# Layer types (transformers' config.layer_types) whose attention fa3 computes: causal, with the sliding window
+# passed as an argument; or layers that do not call the attention function. The others mask in ways the fa3 mask hook
+# drops (chunked, non-overlapping windows, sparse indexers, and kinds unknown here), so they would attend everything.
+FA3_LAYER_TYPES = frozenset({
+    "full_attention", "sliding_attention", "linear_attention", "conv", "moe", "hybrid", "sparse", "dense",
+})
+
+
 def fa3_unsupported(model: torch.nn.Module) -> list[str]:
     """What of `model`'s attention fa3fp8 does not compute (an fa3 implementation would give wrong outputs): logit
-    soft-capping and attention sinks."""
+    soft-capping, attention sinks, and layer types outside FA3_LAYER_TYPES."""
     config = model.config.get_text_config(decoder=True)
     missing = []
     if getattr(config, "attn_logit_softcapping", None):
         missing.append("logit soft-capping (attn_logit_softcapping)")
+    other_layers = sorted(set(getattr(config, "layer_types", None) or ()) - FA3_LAYER_TYPES)
+    if other_layers:
+        missing.append(f"{', '.join(other_layers)} layers")
     if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
         missing.append("attention sinks")
     return missing

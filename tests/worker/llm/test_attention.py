@@ -8,13 +8,14 @@ from transformers import (
     Gemma2ForCausalLM,
     GptOssConfig,
     GptOssForCausalLM,
+    LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
 )
 
 from worker.llm.attention import fa3_unsupported, quantized_prefill, set_decode_attention, window_size
 from worker.llm.packing import packed_outputs
-from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE
+from worker.llm.random_checkpoint import TINY_LLAMA_SHAPE, llama_config
 from worker.llm.runtime import runtime_for
 from worker.llm.session import Session
 
@@ -169,6 +170,16 @@ def test_models_with_soft_capping_take_their_own_attention(load_tiny):
     [logged] = [entry for entry in logs if entry["event"] == "attention_impl_unavailable"]
     assert logged["configured"] == "fa3_bf16" and "soft-capping" in logged["reason"]
     assert fa3_unsupported(load_tiny().model) == []
+
+
+def test_layers_of_other_masked_kinds_are_found():
+    # Llama 4's chunked attention reaches attention only as a mask, which the fa3 mask hook drops; layers that do not
+    # call attention (a hybrid model's linear attention) and sliding windows are fine
+    model = LlamaForCausalLM(llama_config(vocab_size=100, **TINY_LLAMA_SHAPE))
+    model.config.layer_types = ["chunked_attention", "full_attention"]
+    assert fa3_unsupported(model) == ["chunked_attention layers"]
+    model.config.layer_types = ["linear_attention", "sliding_attention", "full_attention"]
+    assert fa3_unsupported(model) == []
 
 
 def test_models_with_attention_sinks_are_found():
