@@ -43,3 +43,9 @@ def quant():
 def profile():
     """benchmarks/profile_kernel.py"""
     return _load("profile_kernel")
+
+
+@pytest.fixture(scope="module")
+def window_bench():
+    """benchmarks/window.py"""
+    return _load("window")
