@@ -1,6 +1,7 @@
 """Sliding-window (local) causal attention on one GPU: fa3fp8 with `window_size` (BF16, and FP8 on a bundle quantized
-beforehand) beside FlexAttention with a sliding-window block mask (PyTorch's own local attention, compiled), and
-fa3fp8's full causal attention over the same sequence for scale.
+beforehand; the API, which runs the Triton kernel, and the CUDA kernel's WINDOW_SETTINGS) beside FlexAttention with a
+sliding-window block mask (PyTorch's own local attention, compiled), and fa3fp8's full causal attention over the same
+sequence for scale.
 
     python benchmarks/window.py [--seqlens 16384,65536] [--windows 1024,4096] [--heads 32] [--kv-heads 8] [--d 128]
                                 [--rounds 3] [--out DIR]
@@ -24,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention as bench  # noqa: E402
 import fa3fp8  # noqa: E402
+from fa3fp8 import attention_sm90  # noqa: E402
 from fa3fp8.reference import attention_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
-IMPLS = ("fa3fp8-bf16", "fa3fp8-fp8", "flex-bf16", "fa3fp8-bf16-full")
+IMPLS = ("fa3fp8-bf16", "fa3fp8-fp8", "cuda-bf16", "cuda-fp8", "flex-bf16", "fa3fp8-bf16-full")
 
 
 def visible_pairs(seqlen: int, window: int | None) -> int:
@@ -58,16 +60,26 @@ def flex_runner(q, k, v, window: int):
 
 
 def runners(q, k, v, window: int) -> dict:
-    """{impl: closure} for one shape; FP8 on quantize_qkv's bundle of q, k, v with V in key order (windows run the
-    Triton kernel, which reads it so)."""
-    size = (window - 1, window - 1)
-    bundle = fa3fp8.quantize_qkv(q, k, v, permute_v=False)
-    return {
+    """{impl: closure} for one shape: the API (the Triton kernel under FA3FP8_KERNEL=auto) and, at its head dims, the
+    CUDA kernel's launcher with its window settings; FP8 on quantize_qkv's bundles of q, k, v, V in key order for the Triton
+    kernel and key-permuted for the CUDA one."""
+    size, d = (window - 1, window - 1), q.shape[-1]
+    bundles = {"triton": fa3fp8.quantize_qkv(q, k, v, permute_v=False),
+               "cuda": fa3fp8.quantize_qkv(q, k, v, permute_v=True)}
+
+    def cuda(fp8):
+        extra = {**attention_sm90.WINDOW_SETTINGS[(d, fp8)], "window_left": window - 1}
+        return bench.settings_runner(extra, fp8, q, k, v, bundles, True)
+
+    named = {
         "fa3fp8-bf16": lambda: fa3fp8.flash_attn_func(q, k, v, causal=True, window_size=size),
-        "fa3fp8-fp8": lambda: fa3fp8.flash_attn_fp8_func(bundle, causal=True, window_size=size),
+        "fa3fp8-fp8": lambda: fa3fp8.flash_attn_fp8_func(bundles["triton"], causal=True, window_size=size),
+        "cuda-bf16": cuda(False) if d in attention_sm90.HEAD_DIMS else None,
+        "cuda-fp8": cuda(True) if d in attention_sm90.HEAD_DIMS else None,
         "flex-bf16": flex_runner(q, k, v, window),
         "fa3fp8-bf16-full": lambda: fa3fp8.flash_attn_func(q, k, v, causal=True),
     }
+    return {name: fn for name, fn in named.items() if fn is not None}
 
 
 def check(heads: int, kv_heads: int, d: int):

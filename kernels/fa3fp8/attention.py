@@ -211,6 +211,25 @@ def seq_bucket(max_seqlen: int) -> int:
     return min(4 ** max(0, math.ceil(math.log(max(max_seqlen, 1) / 1024, 4))), 16)
 
 
+def _cuda_window(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, q_scale, k_scale, v_scale,
+                 cu_blocks_q, cu_blocks_k, out_dtype, max_seqlen_k, window_left):
+    """Causal attention in a sliding window on the CUDA kernel (attention_sm90.WINDOW_SETTINGS): out, lse, None."""
+    d = q.shape[-1]
+    if q_scale is not None:
+        q_block, block_n = configs.fp8_blocks(d)
+        out, lse = attention_sm90.attention_fp8_fwd_sm90(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, True, q_scale, k_scale, v_scale,
+            cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16, max_seqlen_k=max_seqlen_k,
+            window_left=window_left, **attention_sm90.WINDOW_SETTINGS[(d, True)],
+        )
+    else:
+        out, lse = attention_sm90.attention_fwd_sm90(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, True, max_seqlen_k=max_seqlen_k,
+            window_left=window_left, **attention_sm90.WINDOW_SETTINGS[(d, False)],
+        )
+    return out, lse, None
+
+
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
@@ -222,14 +241,21 @@ def attention_fwd(
     and the compiled kernel (None for the CUDA one); `config` (a triton.Config) bypasses autotuning; `max_seqlen_k`
     (the longest sequence's keys, when known) picks the CUDA kernel's settings for short causal attention and sizes
     its split of a last round. `window_size` (left, right; -1: unbounded) hides keys as reference.visible_keys
-    does; windows run this kernel (the CUDA one has none), so a windowed FP8 bundle must not be `v_permuted`."""
+    does; windows run this kernel, or causal ones the CUDA kernel where attention_sm90.serves_windows (a windowed FP8
+    bundle is `v_permuted` exactly then)."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     windowed = tuple(window_size) != NO_WINDOW
-    if windowed and v_permuted:
-        raise ValueError("a window runs the Triton kernel, which reads V in key order: the bundle's V is permuted")
+    cuda_window = (windowed and causal and config is None and not env.interpreting()
+                   and attention_sm90.serves_windows(d) and (is_fp8 or attention_sm90.supported_16bit(q, k, v)))
+    if windowed and is_fp8 and v_permuted != cuda_window:
+        raise ValueError(f"a window on the {'CUDA' if cuda_window else 'Triton'} kernel needs V's keys "
+                         f"{'permuted' if cuda_window else 'in order'}")
+    if cuda_window:
+        return _cuda_window(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, q_scale, k_scale,
+                            v_scale, cu_blocks_q, cu_blocks_k, out_dtype, max_seqlen_k, window_size[0])
     choice = env.kernel() if config is None and not env.interpreting() and not windowed else "triton"
     # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
     equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k

@@ -13,7 +13,8 @@ take packed Q, K, V as they are. A persistent launch (no causal mask, or folds o
 round would leave CTAs idle splits that round's work tiles along the keys over every CTA and merges the parts in a
 second kernel (`split`; SPLITS_TAIL); so does a causal launch of fewer work tiles than SMs (a few queries over a long
 context: a chunked prefill's last chunk, draft tokens), all of its work tiles, and one of up to `split_rounds` rounds
-its last round's.
+its last round's. Causal attention in a sliding window (`window_left`) runs one CTA per work tile from each work
+tile's first window key on (WINDOW_SETTINGS).
 """
 
 import ctypes
@@ -180,6 +181,24 @@ FASTER = {
 }
 
 
+# (head dim, fp8) -> the settings of causal attention in a sliding window (`window_left`; csrc/attn_sm90.cu's
+# window_settings): those of long causal attention (FASTER) alone, one CTA per work tile and unsplit, since a window's
+# work tiles are about equally long. Served where FA3FP8_KERNEL=cuda asks for this kernel (serves_windows); under
+# auto windows run the Triton kernel until these are timed against it on the GPU.
+WINDOW_SETTINGS = {
+    (128, False): {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 1, "split": False},
+    (256, False): {"loop": "overlap", "consumers": 2, "block_n": BLOCK_N_16BIT[256][0], "cluster": 1, "split": False},
+    (128, True): {"loop": "serial", "consumers": 3, "cluster": 1, "split": False},
+    (256, True): {"loop": "overlap", "consumers": 2, "cluster": 1, "split": False},
+}
+
+
+def serves_windows(d: int) -> bool:
+    """True when causal attention in a sliding window at head dim `d` runs this kernel (FA3FP8_KERNEL=cuda), with
+    WINDOW_SETTINGS; else the Triton kernel serves windows."""
+    return env.kernel() == "cuda" and d in HEAD_DIMS and cuda_build.available()
+
+
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,
                   equal_lengths: bool = False, launch: tuple[int, int, int] | None = None) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
@@ -327,7 +346,7 @@ def _check(code: int) -> None:
     if code == -1:
         message = "could not make a TMA tensor map (misaligned or too large tensor)"
     elif code == -2:
-        message = "unsupported head dim, consumer count, loop, block_n, cluster, fold or split_rounds"
+        message = "unsupported head dim, consumer count, loop, block_n, cluster, fold, split_rounds or window"
     else:
         message = cuda_build.load().fa3fp8_error_string(code).decode()
     raise RuntimeError(f"fa3fp8 CUDA kernel failed: {message}")
@@ -336,7 +355,7 @@ def _check(code: int) -> None:
 def attention_fp8_fwd_sm90(
     q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, q_block, out_dtype, loop=None, consumers=2, block_n=128,
-    cluster=None, fold=False, max_seqlen_k=None, split=True, split_rounds=CAUSAL_SPLIT_ROUNDS,
+    cluster=None, fold=False, max_seqlen_k=None, split=True, split_rounds=CAUSAL_SPLIT_ROUNDS, window_left=-1,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
@@ -348,7 +367,8 @@ def attention_fp8_fwd_sm90(
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
     idle along the keys and merge the parts, and in a causal launch of one CTA per work tile that fills at most
     `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work tiles of its last round;
-    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in cluster_for's choice.
+    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in cluster_for's choice;
+    `window_left` >= 0: causal attention in a sliding window of window_left + 1 keys (WINDOW_SETTINGS only, unsplit).
     Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     total_k, kv_heads, _ = k8.shape
@@ -361,28 +381,29 @@ def attention_fp8_fwd_sm90(
     if done:
         return out, lse
     tensors = (q8, k8, v8t, out, lse, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k)
-    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, fold, split)
+    workspace = _split_workspace(q8.device, d, True, WG_ROWS * consumers, fold, split and window_left < 0)
     _check(cuda_build.load().fa3fp8_attn_fp8_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, max_seqlen_k, softmax_scale * LOG2E, int(causal),
         LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
-        workspace.data_ptr(), workspace.nbytes, split_rounds, torch.cuda.current_stream(q8.device).cuda_stream,
+        workspace.data_ptr(), workspace.nbytes, split_rounds, window_left,
+        torch.cuda.current_stream(q8.device).cuda_stream,
     ))
     return out, lse
 
 
 def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, loop=None,
                        consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True,
-                       split_rounds=CAUSAL_SPLIT_ROUNDS):
+                       split_rounds=CAUSAL_SPLIT_ROUNDS, window_left=-1):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype. `loop`: one of
     LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
     serial, 128-key tiles); `block_n`: keys per K/V tile, one of BLOCK_N_16BIT[d] (None: the first; d128's 128 runs
     the overlapped loop or three consumers); `cluster`: CTAs per cluster, 1 or 2 (2: the overlapped loop on the
     default tiles, d128's 128-key ones overlapped without a causal mask, or three consumers; not with `fold`; None:
     cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two
-    consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds` and `max_seqlen_k` as
-    there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds`, `max_seqlen_k` and
+    `window_left` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k
@@ -395,12 +416,12 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     if done:
         return out, lse
     tensors = (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, fold, split)
+    workspace = _split_workspace(q.device, d, False, WG_ROWS * consumers, fold, split and window_left < 0)
     _check(cuda_build.load().fa3fp8_attn_fwd(
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
         softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n, int(q.dtype == torch.bfloat16), cluster,
-        int(fold), workspace.data_ptr(), workspace.nbytes, split_rounds,
+        int(fold), workspace.data_ptr(), workspace.nbytes, split_rounds, window_left,
         torch.cuda.current_stream(q.device).cuda_stream,
     ))
     return out, lse

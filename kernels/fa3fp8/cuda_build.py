@@ -116,9 +116,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
     lib.fa3fp8_attn_fp8_fwd.restype = i
-    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 12 + [f] + [i] * 7 + [p, i64, i, p]
+    lib.fa3fp8_attn_fp8_fwd.argtypes = [p] * 12 + [i] * 12 + [f] + [i] * 7 + [p, i64, i, i, p]
     lib.fa3fp8_attn_fwd.restype = i
-    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 7 + [p, i64, i, p]
+    lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 7 + [p, i64, i, i, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
     lib.fa3fp8_split_workspace_bytes.restype = i64

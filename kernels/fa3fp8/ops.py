@@ -48,6 +48,17 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and _is_hopper(t.device.index)
 
 
+def _cuda_serves_window(q: torch.Tensor, causal: bool, window: tuple[int, int]) -> bool:
+    """True when attention in this window will run the CUDA kernel (causal windows where
+    attention_sm90.serves_windows), which reads FP8 bundles with V key-permuted; other windows run the Triton kernel,
+    which reads V's keys in order."""
+    if window == NO_WINDOW or not causal or not _use_triton(q) or env.interpreting():
+        return False
+    from . import attention_sm90
+
+    return attention_sm90.serves_windows(q.shape[-1])
+
+
 def _cuda_serves_fp8(q: torch.Tensor, block_m: int, block_n: int) -> bool:
     """True when the FP8 attention on this bundle will run the CUDA kernel, which reads V key-permuted: the choice
     is made when quantizing, as the two kernels read different V layouts."""
@@ -118,8 +129,8 @@ def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seql
     if _use_triton(q8):
         from .attention import attention_fwd
 
-        if v_permuted and window != NO_WINDOW:  # windows run the Triton kernel, which reads V's keys in order
-            v8t, v_permuted = unpermute_v_keys(v8t), False
+        if window != NO_WINDOW and v_permuted != _cuda_serves_window(q8, causal, window):
+            v8t, v_permuted = (permute_v_keys if not v_permuted else unpermute_v_keys)(v8t), not v_permuted
         out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
             q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k, out_dtype, v_permuted=v_permuted,
@@ -497,7 +508,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
         window_size: (left, right) local attention, as FlashAttention's: query i, at key position
             i + seqlen_k - seqlen_q, sees keys from `left` before it to `right` after it (-1: unbounded; causal
             bounds the right side at 0). Transformers' `sliding_window` w is (w - 1, w - 1). Windows run the Triton
-            kernel on Hopper.
+            kernel on Hopper (causal ones the CUDA kernel with FA3FP8_KERNEL=cuda).
 
     Returns:
         The output `(batch, seqlen_q, heads, d)` in q's dtype, and the LSE when `return_lse`. Forward only: where
@@ -510,7 +521,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
     use_hadamard = _hadamard_flag(fp8, hadamard)
     window = _window(window_size, bool(causal), seqlen_q, seqlen_k)
     if fp8:
-        qkv = quantize_qkv(q, k, v, hadamard=use_hadamard, permute_v=False if window != NO_WINDOW else None)
+        permute_v = _cuda_serves_window(q, bool(causal), window) if window != NO_WINDOW else None
+        qkv = quantize_qkv(q, k, v, hadamard=use_hadamard, permute_v=permute_v)
         out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
         out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
@@ -548,7 +560,7 @@ def flash_attn_varlen_func(
     if fp8:
         qkv = quantize_qkv(
             q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            permute_v=False if window != NO_WINDOW else None, _checked=True,
+            permute_v=_cuda_serves_window(q, bool(causal), window) if window != NO_WINDOW else None, _checked=True,
         )
         out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
@@ -568,7 +580,7 @@ def quantize_qkv(
     Dense `(batch, seqlen, heads, d)` inputs, or packed `(total, heads, d)` ones with cu_seqlens and max_seqlen
     as in `flash_attn_varlen_func`. With `hadamard`, Q and K are rotated by the same random-sign Hadamard
     matrix (QKᵀ unchanged, outliers spread). V is stored transposed, tile by tile (see QuantizedQKV); `permute_v`
-    as in `quantize_kv` (False for a bundle that windowed attention will read: windows run the Triton kernel).
+    as in `quantize_kv` (`flash_attn_func` passes the order of the kernel that will serve its window).
     """
     if permute_v is not None and not isinstance(permute_v, bool):
         raise ValueError(f"permute_v must be None or a bool, got {permute_v!r}")
@@ -687,8 +699,8 @@ def flash_attn_fp8_func(qkv: QuantizedQKV, causal=False, softmax_scale=None, ret
                         window_size=NO_WINDOW):
     """FP8 attention on a `quantize_qkv` or `assemble_qkv` bundle (the kernel alone, without the quantization pass).
 
-    `window_size` as in `flash_attn_func` (a bundle with V key-permuted for the CUDA kernel is read through an
-    unpermuted copy of V: quantize with `permute_v=False` for windows). Returns the output in the inputs' dtype,
+    `window_size` as in `flash_attn_func` (a bundle whose V's key order is not the one the kernel serving the window
+    reads is read through a reordered copy of V). Returns the output in the inputs' dtype,
     `(batch, seqlen_q, heads, d)` for dense bundles or `(total_q, heads, d)` for packed ones, and with
     `return_lse` the LSE `(batch, heads, seqlen_q)` / `(heads, total_q)` fp32.
     """

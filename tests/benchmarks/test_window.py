@@ -17,10 +17,12 @@ def test_visible_pairs_count_what_a_causal_sliding_window_mask_keeps(window_benc
 
 def test_runners_are_the_named_impls_and_the_windowed_ones_keep_the_window(window_bench):
     # on the CPU fa3fp8 runs its reference: the BF16 runner must equal the reference with the same window, the full
-    # one the reference without it (FlexAttention is compiled on first call: left to the GPU run)
-    q, k, v = random_qkv(1, 40, 40, 4, 2, 64, torch.bfloat16, "cpu", seed=2)
+    # one the reference without it (FlexAttention is compiled on first call, the CUDA launcher needs the GPU: both
+    # left to the GPU run, whose check compares every windowed runner with fp64 first)
+    q, k, v = random_qkv(1, 40, 40, 4, 2, 128, torch.bfloat16, "cpu", seed=2)
     named = window_bench.runners(q, k, v, window=8)
     assert tuple(named) == window_bench.IMPLS
+    assert "cuda-bf16" not in window_bench.runners(*(x[..., :64] for x in (q, k, v)), window=8)  # d64: Triton only
     windowed, _ = attention_reference(q, k, v, causal=True, window_size=(7, -1))
     full, _ = attention_reference(q, k, v, causal=True)
     torch.testing.assert_close(named["fa3fp8-bf16"]().float(), windowed, atol=1e-2, rtol=0)

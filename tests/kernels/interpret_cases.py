@@ -108,6 +108,15 @@ def fp8_case(shape, window_size=(-1, -1)):
     }
 
 
+def fp8_window_permuted_case():
+    """A windowed call on a bundle whose V is key-permuted (for the CUDA kernel) runs the Triton kernel on a reordered
+    copy of V: bit for bit the output of the bundle quantized in key order."""
+    q, k, v = random_qkv(1, 70, 70, 2, 1, 64, torch.float16, "cpu", seed=4)
+    permuted, in_order = (fa3fp8.quantize_qkv(q, k, v, permute_v=order) for order in (True, False))
+    outs = [fa3fp8.flash_attn_fp8_func(b, causal=True, window_size=(9, -1)) for b in (permuted, in_order)]
+    return {"max_diff": max_err(*outs)}
+
+
 def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
     q, k, v, cu_q, cu_k = packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed=9)
     qkv = fa3fp8.quantize_qkv(q, k, v, True, cu_q, cu_k, max(lens_q), max(lens_k))
@@ -191,6 +200,7 @@ def main():
         results["dense-" + name] = dense_case(shape, window)
         results["fp8-" + name] = fp8_case(shape, window)
     results["varlen-lens5_40_33-H4-KV2-D64-causal-window6_-1"] = varlen_case(*VARLEN[0], True, (6, -1))
+    results["fp8-window-key-permuted-bundle"] = fp8_window_permuted_case()
     for d in (64, 128):
         results[f"quantize-D{d}-hadamard"] = quantize_case(d, True, False)
         results[f"quantize-D{d}-v-transposed"] = quantize_case(d, False, True)

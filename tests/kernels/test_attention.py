@@ -72,6 +72,10 @@ def test_fp8_kernel_matches_fp8_reference(interpreted, case):
     assert r["kernel_vs_fp8_ref"] <= 0.5 * r["fp8_ref_vs_exact"]
 
 
+def test_a_window_reads_a_key_permuted_bundle_through_a_reordered_v(interpreted):
+    assert interpreted["fp8-window-key-permuted-bundle"]["max_diff"] == 0.0
+
+
 @pytest.mark.parametrize("case", QUANT_IDS)
 def test_quantize_kernel_matches_reference(interpreted, case):
     r = interpreted[case]

@@ -42,18 +42,18 @@ def ptxas_report():
 MISALIGNED_Q = 8
 
 
-def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0, consumers=2, split_rounds=1):
+def entry_16bit(d, loop, block_n, cluster=1, causal=0, fold=0, consumers=2, split_rounds=1, window_left=-1):
     """The BF16 C entry's answer for these settings on MISALIGNED_Q (`loop` a LOOPS name or a raw number)."""
     return cuda_build.load().fa3fp8_attn_fwd(MISALIGNED_Q, *[None] * 6, 1, 2, 2, d, 128, 128, 128, 128, 1.0, causal,
                                              attention_sm90.LOOPS.get(loop, loop), consumers, block_n, 1, cluster, fold,
-                                             None, 0, split_rounds, None)
+                                             None, 0, split_rounds, window_left, None)
 
 
-def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0, split_rounds=1):
+def entry_fp8(d, loop, consumers, block_n, cluster=1, causal=0, fold=0, split_rounds=1, window_left=-1):
     """The FP8 C entry's answer for these settings on MISALIGNED_Q."""
     return cuda_build.load().fa3fp8_attn_fp8_fwd(MISALIGNED_Q, *[None] * 11, 1, 2, 2, d, 128, 128, 128, 1, 1, 64, 128,
                                                  128, 1.0, causal, attention_sm90.LOOPS[loop], consumers, block_n, 1,
-                                                 cluster, fold, None, 0, split_rounds, None)
+                                                 cluster, fold, None, 0, split_rounds, window_left, None)
 
 
 @needs_nvcc
@@ -65,9 +65,10 @@ def test_builds_every_variant(ptxas_report):
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
     # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), causal folds (dtype x
     # head dim, overlapped; d128 on 128-key tiles), and three consumers in order (dtype x (alone or paired) x causal,
-    # and causal folds: d128, 128-key tiles)
+    # and causal folds: d128, 128-key tiles); sliding windows (attention_sm90.WINDOW_SETTINGS): FP8 x 2 head dims x
+    # output, 16-bit dtype x 2 head dims
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
     # (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
     # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
@@ -86,7 +87,7 @@ def test_builds_every_variant(ptxas_report):
 TEMPLATE = re.compile(
     r"attn_fwdINS_4(?P<type>E4M3E|HalfI6__halfEE|HalfI13__nv_bfloat16EE)"
     r"Li(?P<d>\d+)ELi(?P<block_n>\d+)ELi(?P<stages>\d)ELi(?P<consumers>\d)ELb(?P<causal>[01])ELi(?P<loop>\d)E"
-    r"(?:S2_|6__half|13__nv_bfloat16)Li(?P<cluster>\d)E"
+    r"(?:S2_|6__half|13__nv_bfloat16)Li(?P<cluster>\d)ELb(?P<fold>[01])ELb(?P<window>[01])E"
 )
 
 
@@ -105,14 +106,21 @@ def test_default_variants_have_no_spills(ptxas_report):
         three_16bit = not fp8 and t["consumers"] == "3"  # 16-bit d128 in order, alone, paired or folds
         if (t["consumers"] == "2" and default_loop and (not fp8 or t["block_n"] == "128")) or three_16bit:
             spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
-            paired_causal = three_16bit and t["causal"] == "1" and t["cluster"] == "2"
+            # the window's bound takes a register more there too (once per work tile, outside the wgmma loop)
+            paired_causal = three_16bit and t["causal"] == "1" and (t["cluster"] == "2" or t["window"] == "1")
             assert spilled <= (64 if fp8 and d == 256 else 8 if paired_causal else 0), name
             checked += 1
     # FP8: 2 head dims x causal x 2 output dtypes, the pairs (2 head dims x causal x 2 output dtypes) and the folds
     # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
     # (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask), the folds (2 dtypes x 2 head dims)
-    # and three consumers (2 dtypes x (alone or paired) x causal, and folds)
-    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5
+    # and three consumers (2 dtypes x (alone or paired) x causal, and folds); the windows (FP8 d256 x 2 output
+    # dtypes; 16-bit: 2 dtypes x 2 head dims)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5 + 2 + 4
+    # the FP8 d128 windows run three consumers in order, like the default causal kernel: no spills either
+    for name, text in ptxas_report.items():
+        t = TEMPLATE.search(name)
+        if t is not None and t["window"] == "1" and t["type"] == "E4M3E" and t["d"] == "128":
+            assert int(re.search(r"(\d+) bytes spill stores", text).group(1)) == 0, name
 
 
 @needs_nvcc
@@ -201,8 +209,9 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
         staged += room
     # FP8 on 128-key tiles x 2 output dtypes (two consumers, each head dim: 2 loops x causal, pairs x causal, folds;
     # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
-    # pairs without a mask, folds; three consumers: causal, pairs x causal, folds)
-    assert staged == (2 * 7 + 5) * 2 + 9 * 2
+    # pairs without a mask, folds; three consumers: causal, pairs x causal, folds), and the windows on 128-key tiles
+    # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes)
+    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2
 
 
 @needs_nvcc
@@ -513,6 +522,37 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
         assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
     assert entry(128, "serial", 3, 128, causal=1, split_rounds=0) == -2
     assert entry(128, "serial", 3, 128, causal=1, split_rounds=4) == -1
+
+
+@needs_nvcc
+def test_entry_points_take_windows_on_their_window_settings_only():
+    """A sliding window (window_left >= 0) gets as far as the tensor maps with attention_sm90.WINDOW_SETTINGS, causal;
+    -2 without a causal mask, in pairs, in folds, on other settings, or for window_left < -1."""
+    for (d, fp8), settings in attention_sm90.WINDOW_SETTINGS.items():
+        loop, consumers = settings["loop"], settings["consumers"]
+        block_n = settings.get("block_n", 128)
+        assert settings["cluster"] == 1 and settings["split"] is False
+        if fp8:
+            entry = functools.partial(entry_fp8, d, loop, consumers, block_n)
+        else:
+            entry = functools.partial(entry_16bit, d, loop, block_n, consumers=consumers)
+        for left in (0, 4095):
+            assert entry(causal=1, window_left=left) == -1, (d, fp8, left)
+        assert entry(causal=0, window_left=7) == -2, (d, fp8)
+        assert entry(causal=1, window_left=-2) == -2, (d, fp8)
+        assert entry(causal=1, cluster=2, window_left=7) == -2, (d, fp8)
+        assert entry(causal=1, fold=1, window_left=7) == -2, (d, fp8)
+    assert entry_16bit(128, "overlap", 176, causal=1, window_left=7) == -2  # not the window's settings
+    assert entry_fp8(128, "overlap", 2, 128, causal=1, window_left=7) == -2
+
+
+def test_windows_run_this_kernel_only_where_asked(monkeypatch):
+    # until timed on the GPU, FA3FP8_KERNEL=auto leaves windows to the Triton kernel; =cuda runs them here
+    monkeypatch.setenv("FA3FP8_KERNEL", "auto")
+    assert not attention_sm90.serves_windows(128)
+    monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
+    assert attention_sm90.serves_windows(128) == cuda_build.available()
+    assert not attention_sm90.serves_windows(64)
 
 
 @needs_nvcc
@@ -839,6 +879,60 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
                                                  consumers=consumers, block_n=block_n, cluster=cluster, fold=fold)
     assert_16bit_matches_fp64(out, lse, q, k, v, cu_q, cu_k, scale, causal)
+
+
+# packed sequences (queries, keys) and sliding windows (keys before the query's own): windows narrower and wider than
+# a tile, starting mid-tile, a chunk of queries late in its keys, more queries than keys, and a sequence without keys
+WINDOW_CASES = [
+    ([3000, 129, 1], [3000, 129, 1], 0),
+    ([3000, 129, 1], [3000, 129, 1], 100),
+    ([3000, 700], [3000, 900], 1000),
+    ([500, 300], [5000, 100], 2047),
+    ([200, 64], [4000, 0], 300),
+]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("lens_q,lens_k,window_left", WINDOW_CASES, ids=[
+    f"q{'_'.join(map(str, q))}-k{'_'.join(map(str, k))}-left{left}" for q, k, left in WINDOW_CASES])
+def test_window_matches_reference(lens_q, lens_k, window_left, d, fp8):
+    # the WINDOW kernels (attention_sm90.WINDOW_SETTINGS): 16-bit against fp64 by FlashAttention-3's rule, FP8 against
+    # the reference's FP8 math on the same bundle
+    gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + d + window_left)
+    heads, kv_heads = 8, 2
+    q, cu_q = _packed(lens_q, heads, d, gen)
+    k, cu_k = _packed(lens_k, kv_heads, d, gen)
+    v, _ = _packed(lens_k, kv_heads, d, gen)
+    scale, window = d**-0.5, (window_left, -1)
+    settings = attention_sm90.WINDOW_SETTINGS[(d, fp8)]
+    poison_cuda_cache()
+    if not fp8:
+        out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, True,
+                                                     window_left=window_left, **settings)
+        ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, True, compute_dtype=torch.float64,
+                                                  window_size=window)
+        same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, True, compute_dtype=q.dtype,
+                                             window_size=window)
+        assert (out.double() - ref).abs().max().item() <= 2 * (same.double() - ref).abs().max().item() + 1e-3
+    else:
+        q_block = 64 if d == 128 else 128
+        b = quantize_qkv_reference(q, k, v, cu_q, cu_k, q_block, attention_sm90.KV_BLOCK)
+        out, lse = attention_sm90.attention_fp8_fwd_sm90(
+            b.q8, b.k8, permute_v_keys(b.v8t), cu_q, cu_k, max(lens_q), scale, True, b.q_scale, b.k_scale,
+            b.v_scale, b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, window_left=window_left, **settings,
+        )
+        ref8, _ = attention_fp8_reference(b, scale, True, window_size=window)
+        ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, True, compute_dtype=torch.float64,
+                                                  window_size=window)
+        assert rmse(out, ref8) <= 0.8 * rmse(ref8, ref) + 1e-4
+    assert torch.isfinite(out).all()
+    masked = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), masked)
+    assert (lse.double() - ref_lse)[~masked].abs().max().item() <= (2e-2 if fp8 else 1e-3)
+    assert (out[masked.T] == 0).all()
 
 
 @pytest.mark.gpu

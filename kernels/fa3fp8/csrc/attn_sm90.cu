@@ -92,6 +92,28 @@ cudaError_t launch_16bit(int d, int block_n, bool causal, int loop, int consumer
 }
 
 
+// Causal attention in a sliding window (WINDOW): one CTA per work tile, unsplit, on each head dim's causal settings
+// (attention_sm90.WINDOW_SETTINGS): three consumers in order at d128, two overlapped at d256 (80-key tiles at 16 bits).
+// True when (d, loop, consumers, block_n, cluster, fold) are those settings.
+inline bool window_settings(int d, int loop, int consumers, int block_n, int cluster, int fold, bool fp8) {
+  const bool settings = d == 128 ? loop == SERIAL && consumers == 3 && block_n == 128
+                                 : loop == OVERLAP && consumers == 2 && block_n == (fp8 ? 128 : BLOCK_N_16BIT_D256);
+  return settings && cluster == 1 && fold == 0;
+}
+
+template <class E>
+cudaError_t launch_16bit_window(int d, const Launch& l) {
+  using Out = typename E::Out;
+  return d == 256 ? launch<E, 256, BLOCK_N_16BIT_D256, 2, 2, true, OVERLAP, Out, 1, false, true>(l)
+                  : launch<E, 128, 128, 2, 3, true, SERIAL, Out, 1, false, true>(l);
+}
+
+template <typename OutT>
+cudaError_t launch_fp8_window(int d, const Launch& l) {
+  return d == 256 ? launch<E4M3, 256, 128, 2, 2, true, OVERLAP, OutT, 1, false, true>(l)
+                  : launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, false, true>(l);
+}
+
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
@@ -102,14 +124,18 @@ extern "C" {
 // (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
 // the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
 // may be split along the keys (TailSplit); null never splits. split_rounds (at least 1): a causal launch of one CTA
-// per work tile splits its last round where its work tiles fill at most this many rounds of the SMs.
+// per work tile splits its last round where its work tiles fill at most this many rounds of the SMs. window_left: -1,
+// or causal attention in a sliding window of window_left + 1 keys on the settings window_settings names.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                         int v_cols, int n_blocks_q, int n_blocks_k, int q_block, int max_seqlen_q, int max_seqlen_k,
                         float qk_scale_log2, int causal, int loop, int consumers, int block_n, int out_bf16,
                         int cluster, int fold, void* workspace, long long workspace_bytes, int split_rounds,
-                        void* stream) {
+                        int window_left, void* stream) {
+  if (window_left < -1 || (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster,
+                                                                              fold, true))))
+    return UNSUPPORTED;
   if ((d != 128 && d != 256) || split_rounds < 1 || (consumers != 2 && consumers != 3) ||
       (block_n != 128 && block_n != 256) || (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
       (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
@@ -123,6 +149,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     return MAP_FAILED;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
+  l.p.window_left = window_left;
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
@@ -133,7 +160,9 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
-  if (consumers == 3)
+  if (window_left >= 0)
+    err = out_bf16 ? launch_fp8_window<__nv_bfloat16>(d, l) : launch_fp8_window<__half>(d, l);
+  else if (consumers == 3)
     err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)
                    : launch_fp8_three_consumers<__half>(c, cluster, fold, l);
   else if (d == 256)
@@ -151,13 +180,15 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
 // cluster: 1, or 2 CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a
 // causal mask; three consumers too);
 // fold: 1 runs causal attention in persistent CTAs dealt folds (OVERLAP, or three consumers; 128-key tiles at d128),
-// 0 one CTA per work tile; workspace and split_rounds as above. Returns as above.
+// 0 one CTA per work tile; workspace, split_rounds and window_left as above. Returns as above.
 int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_q,
                     const int* cu_k, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int consumers,
                     int block_n, int bf16, int cluster, int fold, void* workspace, long long workspace_bytes,
-                    int split_rounds, void* stream) {
-  if ((d != 128 && d != 256) || split_rounds < 1) return UNSUPPORTED;
+                    int split_rounds, int window_left, void* stream) {
+  if ((d != 128 && d != 256) || split_rounds < 1 || window_left < -1 ||
+      (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster, fold, false))))
+    return UNSUPPORTED;
   const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
   const bool three = consumers == 3;
   const bool narrow = d == 128 && block_n == 128 && (three ? loop == SERIAL : loop == OVERLAP);
@@ -174,6 +205,7 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
     return MAP_FAILED;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
+  l.p.window_left = window_left;
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
   l.max_seqlen_k = max_seqlen_k;
@@ -183,6 +215,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.split_rounds = split_rounds;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
+  if (window_left >= 0)
+    return static_cast<int>(bf16 ? launch_16bit_window<BF16>(d, l) : launch_16bit_window<FP16>(d, l));
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, consumers, cluster, fold != 0, l)
                                : launch_16bit<FP16>(d, block_n, c, loop, consumers, cluster, fold != 0, l));
 }

@@ -87,6 +87,7 @@ struct Params {
   float qk_scale_log2;
   int m_blocks;
   int work_tiles;
+  int window_left;  // WINDOW kernels: the keys a query sees before its own (a causal sliding window of window_left + 1)
 };
 
 // Tail split (see plan_split): the work tiles from `from` on, `units` work units (a CTA's work tile, a pair's two, or
@@ -423,21 +424,24 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 // warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
 // stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
 // rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
-template <class E, bool MASKED, bool CAUSAL, int NREGS, int SB>
+template <class E, bool MASKED, bool CAUSAL, bool WINDOW = false, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag) {
+                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag,
+                                               int window_left = 0) {
   static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
   constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
   auto add = [](float a, float b) { return a + b; };
   if (MASKED) {
-    // diagonal band / ragged end: key n is visible to query row when n < seqlen_k and n <= row + diag
+    // diagonal band / window edge / ragged end: key n is visible to query row when n < seqlen_k, n <= row + diag
+    // (causal) and n >= row + diag - window_left (WINDOW)
 #pragma unroll
     for (int r = 0; r < NREGS; ++r) {
       const int key = n0 + 8 * (r / 4) + 2 * t + r % 2;
-      const bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * ((r / 2) % 2) + diag);
+      bool visible = key < seqlen_k && (!CAUSAL || key <= row0 + 8 * ((r / 2) % 2) + diag);
+      if constexpr (WINDOW) visible = visible && key >= row0 + 8 * ((r / 2) % 2) + diag - window_left;
       s[r] = visible ? s[r] * scale[r / BLOCK_REGS] : -INFINITY;
     }
   }
@@ -560,9 +564,10 @@ __device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
 // A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
 // and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
-// and split = -1.
+// and split = -1. A WINDOW work tile starts at its window's first key tile (key0), and its key tiles before n_lo are
+// the window's masked left edge.
 struct WorkTile {
-  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split, n_lo;
 };
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
@@ -571,8 +576,10 @@ struct WorkTile {
 // first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
-// for every f, so that CTAs dealt whole folds round-robin get equal work.
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD>
+// for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, one CTA a work tile): the
+// key tiles before the first one that the block's first row sees are skipped (key0), and those before the first that
+// its last row sees whole are masked (n_lo).
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
 __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
   const int m_blk = !CAUSAL ? rank
@@ -594,6 +601,15 @@ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
   t.key0 = 0;
   t.split = -1;
+  t.n_lo = 0;
+  if constexpr (WINDOW) {
+    const int key0 = max(t.m0 + t.diag - p.window_left, 0) / BLOCK_N * BLOCK_N;
+    const int whole = max(t.m0 + BLOCK_M - 1 + t.diag - p.window_left, 0);  // the last row's first key
+    t.key0 = key0;
+    t.k_start += key0, t.seqlen_k -= key0, t.diag -= key0, t.n_full -= key0;
+    t.n_tiles = (hi - key0 + BLOCK_N - 1) / BLOCK_N;
+    t.n_lo = (whole + BLOCK_N - 1) / BLOCK_N * BLOCK_N - key0;
+  }
   return true;
 }
 
@@ -690,9 +706,9 @@ __host__ __device__ constexpr bool splits_tail() {
 // cta of the CTA's share (tail_segment), on the rows of its unit's work tile for the CTA's rank in the pair (folds:
 // fold_item's segment of the share; causal launches of one CTA per work tile: causal_item's part of a work tile).
 // False when the item has no rows (varlen) or the share no segment `seg` (folds: no keys of that piece).
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT>
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT, bool WINDOW = false>
 __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
-  if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, w, t);
+  if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, WINDOW>(p, w, t);
   const int x = w - split.from;
   int unit, begin, end;
   if constexpr (FOLD) {
@@ -744,8 +760,9 @@ __device__ __forceinline__ int next_work(int w) {
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
 // and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
 // consumers finish the last P·V and the epilogue of the current one.
+// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), one CTA per work tile, unsplit.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
-          bool FOLD>
+          bool FOLD, bool WINDOW = false>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     attn_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o, const Params p,
@@ -757,7 +774,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
-  constexpr bool SPLIT = splits_tail<E, D>();
+  constexpr bool SPLIT = splits_tail<E, D>() && !WINDOW;
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
@@ -767,6 +784,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
   static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
+  static_assert(!WINDOW || (CAUSAL && CLUSTER == 1 && !FOLD), "windows: causal, one CTA per work tile");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
@@ -800,7 +818,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
@@ -861,7 +879,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT>(p, split, w, t)) continue;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -925,9 +943,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           l_unit[h] = __int_as_float((127 + shift) << 23);
         }
       }
-      if (j * BLOCK_N >= t.n_full)
-        moved = online_softmax<E, true, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                                t.seqlen_k, t.diag);
+      if (j * BLOCK_N >= t.n_full || (WINDOW && j * BLOCK_N < t.n_lo))
+        moved = online_softmax<E, true, CAUSAL, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N,
+                                                        row0, t.seqlen_k, t.diag, p.window_left);
       else
         moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
                                                  t.seqlen_k, t.diag);
@@ -1354,11 +1372,11 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
 }
 
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
-          int CLUSTER = 1, bool FOLD = false>
+          int CLUSTER = 1, bool FOLD = false, bool WINDOW = false>
 cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
-  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD>;
+  auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD, WINDOW>;
   constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) +
                        staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + 1024;  // + the alignment to 1 KB
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
@@ -1398,8 +1416,9 @@ cudaError_t launch(const Launch& l) {
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
       (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
-  // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split)
-  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < (long long)ctas * l.split_rounds)) {
+  // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split);
+  // a windowed one never does (its work tiles are about equally long, and their keys start at their windows)
+  if (PERSISTENT || (splits_tail<E, D>() && !WINDOW && p.work_tiles < (long long)ctas * l.split_rounds)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     if constexpr (CLUSTER == 2) {
