@@ -546,6 +546,40 @@ def test_entry_points_take_windows_on_their_window_settings_only():
     assert entry_fp8(128, "overlap", 2, 128, causal=1, window_left=7) == -2
 
 
+@needs_nvcc
+@pytest.mark.parametrize("block_m,block_n", [(192, 128), (128, 128), (128, 80)])
+def test_window_tiles_hold_every_visible_key_and_are_whole_only_where_every_row_sees_them(ptxas_report, block_m,
+                                                                                            block_n):
+    # tile_at's WINDOW view (run on the host) against the keys each row sees: a row block's tiles start at a tile
+    # boundary at or before its first row's first key and reach its last row's last; the tiles it runs unmasked
+    # ([n_lo, n_full)) hold only keys every row of the block sees; its first and last tiles hold a key some row sees
+    rng = random.Random(block_m * block_n)
+    lib = cuda_build.load()
+    for _ in range(40):
+        seqlen_q, seqlen_k = rng.randint(1, 1200), rng.randint(0, 1500)
+        left = rng.choice([0, 1, block_n - 1, block_n, rng.randint(0, 1500)])
+        m_blocks = -(-seqlen_q // block_m)
+        out = [(ctypes.c_int * m_blocks)() for _ in range(4)]
+        assert lib.fa3fp8_window_tiles(block_m, block_n, seqlen_q, seqlen_k, left, m_blocks, *out) == 0
+        key0, n_tiles, n_lo, n_full = ([int(x) for x in a] for a in out)
+        rows = torch.arange(seqlen_q)[:, None] + seqlen_k - seqlen_q  # each query's own key
+        keys = torch.arange(seqlen_k)[None, :]
+        visible = (keys <= rows) & (keys >= rows - left)
+        case = (seqlen_q, seqlen_k, left)
+        for m in range(m_blocks):
+            block = visible[m * block_m : (m + 1) * block_m]
+            seen = block.any(0).nonzero().flatten()
+            begin, end = key0[m], key0[m] + n_tiles[m] * block_n
+            assert key0[m] % block_n == 0, case
+            if seen.numel() == 0:
+                continue
+            assert begin <= seen.min() < begin + block_n and end - block_n <= seen.max() < end, (case, m)
+            for tile in range(n_tiles[m]):
+                if n_lo[m] <= tile * block_n < n_full[m]:
+                    lo = begin + tile * block_n
+                    assert block[:, lo : lo + block_n].all() and lo + block_n <= seqlen_k, (case, m, tile)
+
+
 def test_windows_run_this_kernel_only_where_asked(monkeypatch):
     # until timed on the GPU, FA3FP8_KERNEL=auto leaves windows to the Triton kernel; =cuda runs them here
     monkeypatch.setenv("FA3FP8_KERNEL", "auto")

@@ -306,6 +306,33 @@ void fa3fp8_fold_segments(int units, int key_tiles, int grid, const int* n_long,
   }
 }
 
+// A sliding window's work tiles, for tests without a GPU: tile_at's WINDOW view of row block m of one sequence of
+// seqlen_q queries and seqlen_k keys, in blocks of block_m rows on key tiles of block_n keys (window_settings': 192 x
+// 128, 128 x 128, 128 x 80): at [m] its first key (key0), its key tiles (n_tiles), and where its whole tiles begin and
+// end (n_lo, n_full; keys from key0); n_tiles -1 for a block past the queries. Returns -2 for other blocks or tiles.
+int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, int window_left, int m_blocks,
+                        int* key0, int* n_tiles, int* n_lo, int* n_full) {
+  const int cu_q[2] = {0, seqlen_q}, cu_k[2] = {0, seqlen_k};
+  Params p{};
+  p.cu_q = cu_q, p.cu_k = cu_k, p.heads = 1, p.kv_heads = 1, p.m_blocks = m_blocks, p.window_left = window_left;
+  for (int m = 0; m < m_blocks; ++m) {
+    WorkTile t;
+    const int w = m_blocks - 1 - m;  // causal work tiles count row blocks from the last
+    bool rows;
+    if (block_m == 3 * WG_ROWS && block_n == 128)
+      rows = tile_at<3 * WG_ROWS, 128, true, 1, false, true>(p, w, t);
+    else if (block_m == 2 * WG_ROWS && block_n == 128)
+      rows = tile_at<2 * WG_ROWS, 128, true, 1, false, true>(p, w, t);
+    else if (block_m == 2 * WG_ROWS && block_n == BLOCK_N_16BIT_D256)
+      rows = tile_at<2 * WG_ROWS, BLOCK_N_16BIT_D256, true, 1, false, true>(p, w, t);
+    else
+      return static_cast<int>(UNSUPPORTED);
+    key0[m] = rows ? t.key0 : 0, n_tiles[m] = rows ? t.n_tiles : -1;
+    n_lo[m] = rows ? t.n_lo : 0, n_full[m] = rows ? t.n_full : 0;
+  }
+  return 0;
+}
+
 // fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192 (-1 for others): a fold split's bound
 int fa3fp8_fold_key_tiles(int block_m, int m_blocks, int seqlen_q, int seqlen_k) {
   if (block_m == 2 * WG_ROWS) return fold_key_tiles<2 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);

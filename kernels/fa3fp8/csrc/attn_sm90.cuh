@@ -580,7 +580,7 @@ struct WorkTile {
 // key tiles before the first one that the block's first row sees are skipped (key0), and those before the first that
 // its last row sees whole are masked (n_lo).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
-__device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
+__host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
   const int m_blk = !CAUSAL ? rank
                     : FOLD  ? (rank % 2 == 0 ? p.m_blocks - 1 - rank / 2 : rank / 2)
