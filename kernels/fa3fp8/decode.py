@@ -36,7 +36,7 @@ def _decode_split(
     HAS_SEQLENS: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):
     """Keys [split * chunk, (split + 1) * chunk) of one (sequence, KV head): partial out and LSE (base 2);
-    HAS_WINDOW: only the keys from window_left before the newest (the query's own) on."""
+    HAS_WINDOW: of the keys from window_left before the newest (the query's own) on, the splits covering the window."""
     split = tl.program_id(0)
     pid = tl.program_id(1)
     b = (pid // HKV).to(tl.int64)
@@ -46,9 +46,9 @@ def _decode_split(
     else:
         seqlen = max_seqlen
     start = split * chunk
-    end = tl.minimum(start + chunk, seqlen)
     if HAS_WINDOW:
-        start = tl.maximum(start, seqlen - 1 - window_left)
+        start += tl.maximum(seqlen - 1 - window_left, 0)
+    end = tl.minimum(start + chunk, seqlen)
 
     offs_h = tl.arange(0, BLOCK_H)
     offs_n = tl.arange(0, BLOCK_N)
@@ -133,7 +133,8 @@ def split_plan(batch_kv: int, max_seqlen: int, block_n: int, sms: int, num_split
 def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left=-1, *, num_splits=None, block_n=None,
                num_warps=None, num_stages=None):
     """Launch the split and merge kernels: q (B, H, D), k/v_cache (B, S, Hkv, D) with any strides, cache_seqlens
-    (B,) int32 or None; `window_left` >= 0 keeps only the keys that many before the newest and on (-1: all).
+    (B,) int32 or None; `window_left` >= 0 keeps only the keys that many before the newest and on (-1: all), and the
+    splits then share those window_left + 1 keys of each sequence instead of the whole cache.
     Returns out (B, H, D) in q's dtype and lse (B, H) fp32. The keyword arguments override the split count and the
     tile config (tests and the benchmark's sweep)."""
     batch, heads, d = q.shape
@@ -142,7 +143,9 @@ def decode_fwd(q, k_cache, v_cache, cache_seqlens, softmax_scale, window_left=-1
     tile_n, warps, stages = TILES[d]
     block_n = block_n or tile_n
     sms = sm_count(q.device) if q.is_cuda else INTERPRETER_SMS
-    splits, chunk = split_plan(batch * kv_heads, max_seqlen, block_n, sms, num_splits)
+    # a window's keys are the last window_left + 1 of each sequence: the splits share those, not the whole cache
+    span = min(max_seqlen, window_left + 1) if window_left >= 0 else max_seqlen
+    splits, chunk = split_plan(batch * kv_heads, span, block_n, sms, num_splits)
     out = torch.empty((batch, heads, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads), dtype=torch.float32, device=q.device)
     if out.numel() == 0 or max_seqlen == 0:  # no kernels: an empty cache need not even have a valid pointer

@@ -34,11 +34,13 @@ CASES = {
     "zero-length-cache": (2, 0, 4, 2, 64, None, "dense", False, {}),
 }
 SCALE_CASE = (2, 50, 4, 2, 64, [50, 17])
-# name -> (case, window_size): a window that starts inside a split, one that leaves whole splits empty, and one of the
-# query's own key only
+# name -> (case, window_size): the splits share each sequence's window (its last left + 1 keys), so they start
+# inside a key tile; a window of a few keys, one over 7 splits of 16 keys (ragged lengths: each sequence's window
+# starts elsewhere), and one of the query's own key only
 WINDOWED = {
-    "window-40-ragged-3splits": ((3, 150, 8, 2, 64, [150, 1, 97], "dense", True, dict(num_splits=3)), (40, -1)),
-    "window-5-38-splits": ((2, 600, 4, 2, 64, [600, 333], "dense", False, dict(num_splits=64, block_n=16)), (5, -1)),
+    "window-40-ragged": ((3, 150, 8, 2, 64, [150, 1, 97], "dense", True, dict(num_splits=3)), (40, -1)),
+    "window-100-7-splits": ((2, 600, 4, 2, 64, [600, 333], "dense", True, dict(num_splits=64, block_n=16)),
+                            (100, -1)),
     "window-0-D128": ((2, 100, 16, 2, 128, None, "dense", False, {}), (0, 3)),
 }
 

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 INTERPRETED_IDS = [
     "gqa4-ragged-0-1-D64", "gqa8-full-D128", "mqa-D128-3splits", "mha-D256", "sliced-cache-D64",
     "head-major-cache-D128", "one-split-10-tiles-late-peak", "38-splits-merged-in-2-steps-late-peak", "all-empty",
-    "zero-length-cache", "softmax-scale-0.3", "window-40-ragged-3splits", "window-5-38-splits", "window-0-D128",
+    "zero-length-cache", "softmax-scale-0.3", "window-40-ragged", "window-100-7-splits", "window-0-D128",
 ]
 
 
