@@ -54,6 +54,51 @@ def timed(fn):
     return do_bench(fn, warmup=25, rep=max(150.0, MIN_RUNS * estimate), return_mode="median")
 
 
+def interleaved_tflops(named, rounds, flops_of):
+    """{name: [TFLOPS per round]} of the closures in `named`, each timed once per round, rounds interleaved so that
+    clock and power drift fall on all of them alike; flops_of(name) is the FLOPs of one call."""
+    runs = {name: [] for name in named}
+    for _ in range(rounds):
+        for name, fn in named.items():
+            runs[name].append(flops_of(name) / timed(fn) / 1e9)
+    return runs
+
+
+def median(values):
+    """The middle value (the upper one of an even count)."""
+    return sorted(values)[len(values) // 2]
+
+
+def save_results(out, prefix, gpu, meta, rows, plot) -> Path:
+    """Write {"gpu", **meta, "rows"} as <prefix>-<gpu>-<date>.json under `out` and plot(rows, <same>.png) beside it;
+    returns the JSON's path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{prefix}-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps({"gpu": gpu, **meta, "rows": rows}, indent=1))
+    plot(rows, stem.with_suffix(".png"))
+    return stem.with_suffix(".json")
+
+
+def plot_panels(rows, path, panel, x, xlabel, title):
+    """TFLOPS against row[x] (log scale), a line per impl, a panel per value of panel(row), titled title(value)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({panel(r) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, value in zip(axes[0], panels):
+        chosen = [r for r in rows if panel(r) == value]
+        for impl in dict.fromkeys(r["impl"] for r in chosen):
+            ax.plot(*zip(*sorted((r[x], r["tflops"]) for r in chosen if r["impl"] == impl)), marker="o", label=impl)
+        ax.set(xscale="log", xlabel=xlabel, ylabel="TFLOPS", title=title(value))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def sdpa_runner(backend, q, k, v, causal):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

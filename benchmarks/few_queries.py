@@ -18,8 +18,6 @@ interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.j
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 from pathlib import Path
@@ -133,22 +131,8 @@ def summary(rows):
 
 def plot(rows, path):
     """TFLOPS against the query count, one panel per (dtype, keys)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = sorted({(r["dtype"], r["keys"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (dtype, keys) in zip(axes[0], panels):
-        for impl in sorted({r["impl"] for r in rows if r["dtype"] == dtype}):
-            pts = sorted((r["queries"], r["tflops"]) for r in rows
-                         if (r["dtype"], r["keys"], r["impl"]) == (dtype, keys, impl))
-            ax.plot(*zip(*pts), marker="o", label=impl)
-        ax.set(xscale="log", xlabel="queries", ylabel="TFLOPS", title=f"{dtype}, {keys} keys")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    bench.plot_panels(rows, path, lambda r: (r["dtype"], r["keys"]), "queries", "queries",
+                      lambda panel: f"{panel[0]}, {panel[1]} keys")
 
 
 def main():
@@ -175,13 +159,11 @@ def main():
                 q, k, v = random_qkv(args.batch, queries, keys, args.heads, args.kv_heads, D, torch.bfloat16, "cuda",
                                      seed=queries)
                 named = runners(fp8, q, k, v)
-                runs = {name: [] for name in named}
-                for _ in range(args.rounds):
-                    for name, fn in named.items():
-                        runs[name].append(causal_flops(queries, keys, sequences_x_heads) / bench.timed(fn) / 1e9)
+                flops = causal_flops(queries, keys, sequences_x_heads)
+                runs = bench.interleaved_tflops(named, args.rounds, lambda name: flops)
                 line = []
                 for name, tflops in runs.items():
-                    median = sorted(tflops)[len(tflops) // 2]
+                    median = bench.median(tflops)
                     rows.append(dict(impl=name, dtype=dtype, queries=queries, keys=keys, tflops=round(median, 2),
                                      runs=[round(t, 2) for t in tflops]))
                     if name == "fa3fp8":
@@ -190,14 +172,8 @@ def main():
                 print(f"{dtype:4s} {keys:6d} keys {queries:5d} queries  " + "  ".join(line), flush=True)
                 del q, k, v, named
                 torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"few-queries-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "batch": args.batch,
-                                                  "heads": args.heads, "kv_heads": args.kv_heads, "d": D,
-                                                  "rows": rows}, indent=1))
-    plot(rows, out / f"{stem}.png")
-    print(f"wrote {out / stem}.json")
+    meta = {"rounds": args.rounds, "batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "d": D}
+    print(f"wrote {bench.save_results(args.out, 'few-queries', gpu, meta, rows, plot)}")
     print("\n".join(summary(rows)))
 
 

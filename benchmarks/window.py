@@ -13,8 +13,6 @@ median. `--out DIR` writes window-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 from pathlib import Path
@@ -61,8 +59,8 @@ def flex_runner(q, k, v, window: int):
 
 def runners(q, k, v, window: int) -> dict:
     """{impl: closure} for one shape: the API (the Triton kernel under FA3FP8_KERNEL=auto) and, at its head dims, the
-    CUDA kernel's launcher with its window settings; FP8 on quantize_qkv's bundles of q, k, v, V in key order for the Triton
-    kernel and key-permuted for the CUDA one."""
+    CUDA kernel's launcher with its window settings; FP8 on quantize_qkv's bundles of q, k, v, V in key order for the
+    Triton kernel and key-permuted for the CUDA one."""
     size, d = (window - 1, window - 1), q.shape[-1]
     bundles = {"triton": fa3fp8.quantize_qkv(q, k, v, permute_v=False),
                "cuda": fa3fp8.quantize_qkv(q, k, v, permute_v=True)}
@@ -97,22 +95,8 @@ def check(heads: int, kv_heads: int, d: int):
 
 def plot(rows, path):
     """TFLOPS against the window, one panel per sequence length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = sorted({r["seqlen"] for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, seqlen in zip(axes[0], panels):
-        for impl in IMPLS:
-            pts = sorted((r["window"], r["tflops"]) for r in rows if (r["seqlen"], r["impl"]) == (seqlen, impl))
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=impl)
-        ax.set(xscale="log", xlabel="window (keys)", ylabel="TFLOPS", title=f"causal, {seqlen} tokens")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    bench.plot_panels(rows, path, lambda r: r["seqlen"], "window", "window (keys)",
+                      lambda seqlen: f"causal, {seqlen} tokens")
 
 
 def main():
@@ -135,27 +119,19 @@ def main():
         for window in args.windows:
             q, k, v = random_qkv(1, seqlen, seqlen, args.heads, args.kv_heads, args.d, torch.bfloat16, "cuda", seed=1)
             named = runners(q, k, v, window)
-            runs = {name: [] for name in named}
-            for _ in range(args.rounds):
-                for name, fn in named.items():
-                    kept = None if name.endswith("-full") else window
-                    runs[name].append(window_flops(seqlen, kept, args.heads, args.d) / bench.timed(fn) / 1e9)
+            runs = bench.interleaved_tflops(named, args.rounds, lambda name: window_flops(
+                seqlen, None if name.endswith("-full") else window, args.heads, args.d))
             line = []
             for name, tflops in runs.items():
-                median = sorted(tflops)[len(tflops) // 2]
+                median = bench.median(tflops)
                 rows.append(dict(impl=name, seqlen=seqlen, window=window, tflops=round(median, 2),
                                  runs=[round(t, 2) for t in tflops]))
                 line.append(f"{name} {median:7.2f}")
             print(f"{seqlen:6d} tokens window {window:5d}  " + "  ".join(line), flush=True)
             del q, k, v, named
             torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"window-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
-    (out / f"{stem}.json").write_text(json.dumps({"gpu": gpu, "rounds": args.rounds, "heads": args.heads,
-                                                  "kv_heads": args.kv_heads, "d": args.d, "rows": rows}, indent=1))
-    plot(rows, out / f"{stem}.png")
-    print(f"wrote {out / stem}.json")
+    meta = {"rounds": args.rounds, "heads": args.heads, "kv_heads": args.kv_heads, "d": args.d}
+    print(f"wrote {bench.save_results(args.out, 'window', gpu, meta, rows, plot)}")
 
 
 if __name__ == "__main__":

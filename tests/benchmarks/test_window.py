@@ -28,3 +28,10 @@ def test_runners_are_the_named_impls_and_the_windowed_ones_keep_the_window(windo
     torch.testing.assert_close(named["fa3fp8-bf16"]().float(), windowed, atol=1e-2, rtol=0)
     torch.testing.assert_close(named["fa3fp8-bf16-full"]().float(), full, atol=1e-2, rtol=0)
     assert (named["fa3fp8-fp8"]().float() - windowed).abs().max() < 0.2
+
+
+def test_plot_writes_a_png(window_bench, tmp_path):
+    rows = [dict(impl=impl, seqlen=seqlen, window=w, tflops=float(w))
+            for impl in window_bench.IMPLS for seqlen in (16384, 65536) for w in (1024, 4096)]
+    window_bench.plot(rows, tmp_path / "window.png")
+    assert (tmp_path / "window.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
