@@ -211,25 +211,6 @@ def seq_bucket(max_seqlen: int) -> int:
     return min(4 ** max(0, math.ceil(math.log(max(max_seqlen, 1) / 1024, 4))), 16)
 
 
-def _cuda_window(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, q_scale, k_scale, v_scale,
-                 cu_blocks_q, cu_blocks_k, out_dtype, max_seqlen_k, window_left):
-    """Causal attention in a sliding window on the CUDA kernel (attention_sm90.WINDOW_SETTINGS): out, lse, None."""
-    d = q.shape[-1]
-    if q_scale is not None:
-        q_block, block_n = configs.fp8_blocks(d)
-        out, lse = attention_sm90.attention_fp8_fwd_sm90(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, True, q_scale, k_scale, v_scale,
-            cu_blocks_q, cu_blocks_k, q_block, out_dtype or torch.bfloat16, max_seqlen_k=max_seqlen_k,
-            window_left=window_left, **attention_sm90.WINDOW_SETTINGS[(d, True)],
-        )
-    else:
-        out, lse = attention_sm90.attention_fwd_sm90(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, True, max_seqlen_k=max_seqlen_k,
-            window_left=window_left, **attention_sm90.WINDOW_SETTINGS[(d, False)],
-        )
-    return out, lse, None
-
-
 def attention_fwd(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
     q_scale=None, k_scale=None, v_scale=None, cu_blocks_q=None, cu_blocks_k=None, out_dtype=None, config=None,
@@ -253,14 +234,14 @@ def attention_fwd(
     if windowed and is_fp8 and v_permuted != cuda_window:
         raise ValueError(f"a window on the {'CUDA' if cuda_window else 'Triton'} kernel needs V's keys "
                          f"{'permuted' if cuda_window else 'in order'}")
-    if cuda_window:
-        return _cuda_window(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, q_scale, k_scale,
-                            v_scale, cu_blocks_q, cu_blocks_k, out_dtype, max_seqlen_k, window_size[0])
-    choice = env.kernel() if config is None and not env.interpreting() and not windowed else "triton"
+    choice = env.kernel() if config is None and not env.interpreting() else "triton"
     # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
     equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k
     launch = (batch * heads, max_seqlen_q, sm_count(q.device)) if q.is_cuda else None
     best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths, launch)
+    if windowed:
+        choice = "cuda" if cuda_window else "triton"
+        best = {**attention_sm90.WINDOW_SETTINGS[(d, is_fp8)], "window_left": window_size[0]} if cuda_window else None
     if choice == "auto":
         choice = "cuda" if best is not None else "triton"
     q_block, block_n = configs.fp8_blocks(d) if is_fp8 else (None, None)

@@ -48,11 +48,13 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and _is_hopper(t.device.index)
 
 
-def _cuda_serves_window(q: torch.Tensor, causal: bool, window: tuple[int, int]) -> bool:
-    """True when attention in this window will run the CUDA kernel (causal windows where
-    attention_sm90.serves_windows), which reads FP8 bundles with V key-permuted; other windows run the Triton kernel,
-    which reads V's keys in order."""
-    if window == NO_WINDOW or not causal or not _use_triton(q) or env.interpreting():
+def _window_v_permuted(q: torch.Tensor, causal: bool, window: tuple[int, int]) -> bool | None:
+    """The V key order that FP8 attention in this window reads: None without a window (the bundle's own order
+    serves); True where the CUDA kernel serves it (causal windows where attention_sm90.serves_windows), which reads V
+    key-permuted; False for the Triton kernel, which reads V's keys in order."""
+    if window == NO_WINDOW:
+        return None
+    if not causal or not _use_triton(q) or env.interpreting():
         return False
     from . import attention_sm90
 
@@ -129,7 +131,7 @@ def _attn_fp8_impl(q8, k8, v8t, q_scale, k_scale, v_scale, cu_seqlens_q, cu_seql
     if _use_triton(q8):
         from .attention import attention_fwd
 
-        if window != NO_WINDOW and v_permuted != _cuda_serves_window(q8, causal, window):
+        if _window_v_permuted(q8, causal, window) not in (None, v_permuted):
             v8t, v_permuted = (permute_v_keys if not v_permuted else unpermute_v_keys)(v8t), not v_permuted
         out, lse, _ = attention_fwd(
             q8, k8, v8t, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal,
@@ -521,8 +523,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, fp8=False, hadama
     use_hadamard = _hadamard_flag(fp8, hadamard)
     window = _window(window_size, bool(causal), seqlen_q, seqlen_k)
     if fp8:
-        permute_v = _cuda_serves_window(q, bool(causal), window) if window != NO_WINDOW else None
-        qkv = quantize_qkv(q, k, v, hadamard=use_hadamard, permute_v=permute_v)
+        qkv = quantize_qkv(q, k, v, hadamard=use_hadamard, permute_v=_window_v_permuted(q, bool(causal), window))
         out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
         out, lse = _op_or_impl(_attn_varlen_op, _attn_varlen_impl)(
@@ -560,7 +561,7 @@ def flash_attn_varlen_func(
     if fp8:
         qkv = quantize_qkv(
             q, k, v, use_hadamard, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            permute_v=_cuda_serves_window(q, bool(causal), window) if window != NO_WINDOW else None, _checked=True,
+            permute_v=_window_v_permuted(q, bool(causal), window), _checked=True,
         )
         out, lse = flash_attn_fp8_func(qkv, causal, scale, return_lse=True, window_size=window)
     else:
