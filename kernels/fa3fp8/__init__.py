@@ -2,7 +2,8 @@
 
 Public API: `flash_attn_func`, `flash_attn_varlen_func`, `quantize_qkv`, `flash_attn_fp8_func`,
 `flash_attn_decode_func`; `quantize_q`, `quantize_kv` and `assemble_qkv` quantize Q and K/V apart (a KV cache that
-keeps its keys quantized) and join them into `quantize_qkv`'s bundle.
+keeps its keys quantized) and join them into `quantize_qkv`'s bundle; `v_permuted_for` names the V order such a
+cache should keep.
 On CPUs and non-Hopper GPUs the pure-PyTorch reference (`fa3fp8.reference`) serves.
 """
 
@@ -16,6 +17,7 @@ from .ops import (
     quantize_kv,
     quantize_q,
     quantize_qkv,
+    v_permuted_for,
 )
 
 __all__ = [
@@ -30,4 +32,5 @@ __all__ = [
     "quantize_kv",
     "quantize_q",
     "quantize_qkv",
+    "v_permuted_for",
 ]

@@ -4,6 +4,7 @@ torch.compile) and the choice between the Triton kernels and the PyTorch referen
 import functools
 import math
 import numbers
+import sys
 
 import torch
 
@@ -662,6 +663,20 @@ def quantize_kv(k, v, hadamard=True, cu_seqlens_k=None, max_seqlen_k=None, *, pe
     return QuantizedKV(
         k8, v8t, k_scale, v_scale, cu_seqlens_k, cu_blocks_k, max_seqlen_k, block_n, hadamard, permute_v
     )
+
+
+def v_permuted_for(k, causal=False, window_size=NO_WINDOW) -> bool:
+    """The V key order (`QuantizedKV.v_permuted`) that FP8 attention with this mask reads from K/V like `k`, for
+    K/V quantized once and read by many calls (a KV cache's FP8 mirror): with that order no call reorders V. A window
+    is taken as it stands, whatever the lengths (a window wider than a call's keys serves either order)."""
+    if not isinstance(k, torch.Tensor):
+        raise ValueError(f"k must be a torch.Tensor, got {type(k).__name__}")
+    _check_head_dim("k", k.shape[-1])
+    window = _window(window_size, bool(causal), sys.maxsize, sys.maxsize)
+    permuted = _window_v_permuted(k, bool(causal), window)
+    if permuted is None:
+        permuted = _cuda_serves_fp8(k, *fp8_blocks(k.shape[-1]))
+    return permuted
 
 
 def assemble_qkv(q: QuantizedQ, kv: QuantizedKV) -> QuantizedQKV:

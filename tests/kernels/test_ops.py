@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fa3fp8
+from fa3fp8 import attention_sm90, env, ops
 from fa3fp8.reference import attention_reference, attention_varlen_reference
 from fa3fp8.testing import assert_dense_calls_without_queries_or_keys, differing_fields, key_permuted, random_qkv
 
@@ -99,6 +100,39 @@ BAD_SPLIT = {
     "kv-heads-3": (lambda: fa3fp8.assemble_qkv(*_parts(k_shape=(1, 40, 3, 64))), "kv_heads"),
     "block-n": (lambda: fa3fp8.assemble_qkv(_parts()[0], dataclasses.replace(_parts()[1], block_n=64)), "kv.block_n"),
 }
+
+
+@pytest.mark.parametrize("serves_windows", [False, True], ids=["windows-on-triton", "windows-on-cuda"])
+def test_v_permuted_for_names_the_order_of_the_kernel_that_serves_the_mask(monkeypatch, serves_windows):
+    # as on a Hopper GPU, where the CUDA kernel serves FP8 without a window (V key-permuted) and causal windows where
+    # serves_windows; the Triton kernel reads V in order
+    monkeypatch.setattr(ops, "_use_triton", lambda t: True)
+    monkeypatch.setattr(env, "interpreting", lambda: False)
+    monkeypatch.setattr(ops, "_cuda_serves_fp8", lambda t, block_m, block_n: True)
+    monkeypatch.setattr(attention_sm90, "serves_windows", lambda d: serves_windows)
+    k = _bf16(1, 8, 2, 128)
+    assert fa3fp8.v_permuted_for(k) is True
+    assert fa3fp8.v_permuted_for(k, causal=True, window_size=(4095, 4095)) is serves_windows
+    assert fa3fp8.v_permuted_for(k, causal=False, window_size=(4095, 4095)) is False
+    # a window wider than every call's keys still names its kernel; causal drops a right bound alone
+    assert fa3fp8.v_permuted_for(k, causal=True, window_size=(1 << 40, -1)) is serves_windows
+    assert fa3fp8.v_permuted_for(k, causal=True, window_size=(-1, 5)) is True
+
+
+def test_v_permuted_for_is_quantize_kvs_choice_without_a_window():
+    k = _bf16(1, 8, 2, 64)
+    assert fa3fp8.v_permuted_for(k) == fa3fp8.quantize_kv(k, k).v_permuted
+    assert fa3fp8.v_permuted_for(k, causal=True, window_size=(3, 0)) is False  # the reference reads either order
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: fa3fp8.v_permuted_for([1.0]), "k must be a torch.Tensor"),
+    (lambda: fa3fp8.v_permuted_for(_bf16(1, 8, 2, 96)), "head dim k.shape\\[-1\\] must be one of"),
+    (lambda: fa3fp8.v_permuted_for(_bf16(1, 8, 2, 64), window_size=(3,)), "window_size must be a pair"),
+], ids=["not-a-tensor", "head-dim-96", "window-not-a-pair"])
+def test_bad_v_permuted_for_input_names_the_argument(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
 
 
 @pytest.mark.parametrize("name", BAD_SPLIT)

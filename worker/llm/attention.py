@@ -171,7 +171,9 @@ def _fp8_cached_prefill(module: torch.nn.Module, query: torch.Tensor, key: torch
             f"key is not the cached keys of layer {module.layer_idx} of the quantized_prefill cache: that cache must "
             "be the one the forward updates"
         )
-    qkv = fa3fp8.assemble_qkv(fa3fp8.quantize_q(query.transpose(1, 2)), layer.quantized_kv())
+    # the mirror keeps V in the order this layer's attention reads (a sliding window's kernel may read another)
+    kv = layer.quantized_kv(v_permuted=fa3fp8.v_permuted_for(key, causal, window))
+    qkv = fa3fp8.assemble_qkv(fa3fp8.quantize_q(query.transpose(1, 2)), kv)
     return fa3fp8.flash_attn_fp8_func(qkv, causal=causal, softmax_scale=scaling, window_size=window)
 
 

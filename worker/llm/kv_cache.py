@@ -121,16 +121,19 @@ class PreallocatedLayer(CacheLayerMixin):
         self._refresh_views()
         return self.keys, self.values
 
-    def quantized_kv(self):
+    def quantized_kv(self, v_permuted: bool | None = None):
         """The cached K/V in FP8 (a `fa3fp8.QuantizedKV`), from the layer's mirror: only the keys cached since the
-        last call (from their block on) are quantized. One sequence (batch 1) with at least one token."""
+        last call (from their block on) are quantized. One sequence (batch 1) with at least one token. `v_permuted`:
+        the V order the mirror takes when first filled (`fa3fp8.v_permuted_for` the layer's attention)."""
         if self.length == 0:
             raise ValueError("quantized_kv needs cached tokens (prefill first)")
         if self.key_buffer.shape[0] != 1:
             raise ValueError(f"quantized_kv needs batch 1 (one sequence), got batch {self.key_buffer.shape[0]}")
         if self.quantized is None:
             self.quantized = QuantizedKVMirror(self.capacity)
-        return self.quantized.update(self.key_buffer[0, : self.length], self.value_buffer[0, : self.length])
+        return self.quantized.update(
+            self.key_buffer[0, : self.length], self.value_buffer[0, : self.length], v_permuted
+        )
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(kv_length, kv_offset) of the mask for `query_length` new queries: all cached keys plus theirs."""

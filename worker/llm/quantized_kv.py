@@ -63,10 +63,11 @@ class QuantizedKVMirror:
             v_scale[:, :kept] = self.v_scale[:, :kept]
         self.k8, self.v8t, self.k_scale, self.v_scale = k8, v8t, k_scale, v_scale
 
-    def update(self, keys: torch.Tensor, values: torch.Tensor):
+    def update(self, keys: torch.Tensor, values: torch.Tensor, v_permuted: bool | None = None):
         """The `fa3fp8.QuantizedKV` of `keys` and `values` (tokens, kv_heads, d): a sequence whose first `length`
         keys and values are those of the last update. Only the blocks from the one holding key `length` on are
-        quantized; the bundle's V and scales are the whole buffers (tiles past the last one are unused)."""
+        quantized; the bundle's V and scales are the whole buffers (tiles past the last one are unused).
+        `v_permuted`: V's key order for the first quantization (None: quantize_kv's choice); later ones keep it."""
         import fa3fp8
 
         tokens = keys.shape[0]
@@ -75,7 +76,8 @@ class QuantizedKVMirror:
         if tokens > self.capacity:
             raise ValueError(f"keys: {tokens} keys, past the mirror's capacity of {self.capacity}")
         start = self.length - self.length % self.block_n if self.length else 0
-        part = fa3fp8.quantize_kv(keys[None, start:], values[None, start:], permute_v=self.v_permuted)
+        order = self.v_permuted if self.v_permuted is not None else v_permuted
+        part = fa3fp8.quantize_kv(keys[None, start:], values[None, start:], permute_v=order)
         block_n = part.block_n
         blocks = -(-tokens // block_n)
         self._make_room(part, blocks, start)

@@ -134,6 +134,17 @@ def test_sliding_window_logits_agree_with_sdpa(mistral_runtimes, text_ids, impl)
         assert (got.values - want.values).abs().max() < TOLERANCE[impl][0]
 
 
+def test_a_windowed_layers_fp8_mirror_keeps_v_in_its_windows_order(mistral_runtimes, text_ids, monkeypatch):
+    # as on a Hopper GPU, where full FP8 attention runs the CUDA kernel (V key-permuted) but windows the Triton one
+    # (V in order): the mirror takes the window's order, so that no chunk reads it through a reordered copy
+    monkeypatch.setattr("fa3fp8.ops._cuda_serves_fp8", lambda t, block_m, block_n: True)
+    runtimes, _ = mistral_runtimes
+    session = Session(runtimes["fa3_fp8"])
+    actual = session.prefill(text_ids, token_logprobs=True)
+    assert [layer.quantized.v_permuted for layer in session.cache.layers] == [False] * len(session.cache.layers)
+    assert (actual - logprobs(runtimes["sdpa"], text_ids)).abs().mean() < TOLERANCE["fa3_fp8"][1]
+
+
 @pytest.mark.parametrize("decode", ["split", "kernel", "sdpa", "matmul"])
 def test_sliding_window_decode_paths_agree(mistral_runtimes, text_ids, decode, monkeypatch):
     # a decode step's logits against one sdpa pass over the same tokens (greedy tokens of a random model flip on

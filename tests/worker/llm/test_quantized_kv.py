@@ -24,16 +24,14 @@ def mismatches(layer, v_permuted):
     """Fields in which the mirror's bundle differs from quantize_qkv of the whole cached K/V (in that V layout)."""
     q = random_qkv(1, 8, 1, HEADS, KV_HEADS, DIM, torch.bfloat16, "cpu", seed=99)[0]
     whole = fa3fp8.quantize_qkv(q, layer.keys.transpose(1, 2), layer.values.transpose(1, 2))
-    mirrored = fa3fp8.assemble_qkv(fa3fp8.quantize_q(q), layer.quantized_kv())
+    mirrored = fa3fp8.assemble_qkv(fa3fp8.quantize_q(q), layer.quantized_kv(v_permuted))
     return differing_fields(mirrored, key_permuted(whole) if v_permuted else whole)
 
 
 @pytest.mark.parametrize("v_permuted", [False, True], ids=["v-in-order", "v-key-permuted"])
 def test_mirror_equals_quantizing_the_whole_cache_after_appends_crops_and_reset(v_permuted):
+    # the first call's order (True: the CUDA kernel's) is kept by the later ones, which ask for the same
     layer = PreallocatedLayer(capacity=1024)
-    if v_permuted:  # the CUDA kernel's layout, which the first quantization would choose on a Hopper GPU
-        layer.quantized = QuantizedKVMirror(layer.capacity)
-        layer.quantized.v_permuted = True
     seeds = iter(range(100))
     for tokens in (100, 156, 300, 1):  # 100, 256 (two full blocks), 556, 557
         append(layer, tokens, next(seeds))
@@ -48,7 +46,7 @@ def test_mirror_equals_quantizing_the_whole_cache_after_appends_crops_and_reset(
     layer.reset()
     append(layer, 40, next(seeds))
     assert mismatches(layer, v_permuted) == [] and layer.quantized.length == 40
-    assert layer.quantized.v_permuted is v_permuted
+    assert layer.quantized_kv(v_permuted=not v_permuted).v_permuted is v_permuted
 
 
 def test_only_the_blocks_from_the_first_incomplete_one_are_quantized_again():
