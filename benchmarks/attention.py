@@ -358,6 +358,8 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap-128-fold", False): {"loop": "overlap", "block_n": 128, "fold": True},
     ("cuda-overlap-128-fold-nosplit", False): {"loop": "overlap", "block_n": 128, "fold": True, "split": False},
     ("cuda-serial-3wg-128-fold", False): {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
+    ("cuda-serial-3wg", False): {"loop": "serial", "consumers": 3},  # d64 only (D64)
+    ("cuda-overlap-3wg", False): {"loop": "overlap", "consumers": 3},
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
@@ -378,11 +380,16 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("c
              ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
              ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
+# the kernels at d64 (128-key tiles, one CTA; attention_sm90.HEAD_DIMS_16BIT), of which the three-consumer ones only there
+D64 = {("triton", False), ("cuda-overlap", False), ("cuda-serial", False), ("cuda-serial-3wg", False),
+       ("cuda-overlap-3wg", False)}
+D64_ONLY = {("cuda-serial-3wg", False), ("cuda-overlap-3wg", False)}
 FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
              "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
                "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
-CUDA_HEAD_DIMS = (128, 256)  # the kernels mode's head dims: those of the CUDA kernel
+CUDA_HEAD_DIMS = (128, 256)  # the CUDA kernel's head dims (FP8, and 16-bit beside d64)
+CUDA_HEAD_DIMS_16BIT = (64, *CUDA_HEAD_DIMS)
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
@@ -429,13 +436,22 @@ def settings_runner(extra, fp8, q, k, v, bundles, causal):
                                                      max_seqlen_k=seqlen_k, **extra)[0]
 
 
+def kernel_names(fp8, d, causal, impls=None):
+    """The KERNELS rows that the kernels mode times at (fp8, d, causal): those built for that head dim and mask, of
+    `impls` (None: all; the Triton kernel's row always)."""
+    return [n for (n, f) in KERNELS if f == fp8 and ((n, f) in D64 if d == 64 else (n, f) not in D64_ONLY)
+            and (d == 128 or (n, f) not in D128_ONLY) and (d == 256 or (n, f) not in D256_ONLY)
+            and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
+            and (n == "triton" or impls is None or n in impls)]
+
+
 def kernel_cases(args):
     """(fp8, d, causal, seqlen, batch, heads, kv_heads) of the kernels mode: each of --seqlens (default 16K) at --tokens
     per batch (default 16K), and with --prefill-shape the 128K prefill's FP8 attention (PREFILL_SHAPE, causal) after
     them."""
     cases = []
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
-        for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
+        for d in [d for d in args.dims if d in (CUDA_HEAD_DIMS if fp8 else CUDA_HEAD_DIMS_16BIT)]:
             for seqlen in args.seqlens:
                 batch, heads = shape_for(seqlen, d, args.tokens)
                 cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)
@@ -462,10 +478,7 @@ def kernels(args):
         cq, ck, cv = random_qkv(2, 1100, 1100, 4, 2, d, torch.bfloat16, "cuda", seed=d + 1)
         cb = fp8_bundles(cq, ck, cv) if fp8 else None
         ref = attention_reference(cq, ck, cv, causal=causal, compute_dtype=torch.float64)[0]
-        names = [n for (n, f) in KERNELS if f == fp8 and (d == 128 or (n, f) not in D128_ONLY)
-                 and (d == 256 or (n, f) not in D256_ONLY)
-                 and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
-                 and (n == "triton" or args.impls is None or n in args.impls)]
+        names = kernel_names(fp8, d, causal, args.impls)
         runners = {name: kernel_runner(name, fp8, q, k, v, b, causal) for name in names}
         if fp8:
             peer = cudnn_fp8_peer(q, k, v, causal, f"d{d} S{seqlen}")

@@ -33,8 +33,9 @@ fi
 if [[ "$steps" == *" cuda "* ]]; then
     cuda_tests "$OUT/cuda-tests.log" || status=1
 fi
-if [[ "$steps" == *" kernels "* ]]; then
-    timeout 420 python3 benchmarks/attention.py kernels --prefill-shape --out "$OUT" 2>&1 | tee "$OUT/kernels.log" | tail -40 || status=1
+if [[ "$steps" == *" kernels "* ]]; then  # KERNELS_ARGS: the kernels mode's options (default --prefill-shape)
+    timeout 420 python3 benchmarks/attention.py kernels ${KERNELS_ARGS:---prefill-shape} --out "$OUT" 2>&1 \
+        | tee "$OUT/kernels.log" | tail -40 || status=1
 fi
 if [[ "$steps" == *" sweep "* ]]; then
     asm=""; [[ "$steps" == *" asm "* ]] && asm="--asm bf16"

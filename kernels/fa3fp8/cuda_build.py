@@ -26,6 +26,7 @@ FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
 UNITS = {
     "attn_sm90.cu": (),
     "attn_sm90_d256_folds.cu": ("-Xptxas", "--register-usage-level=8"),
+    "attn_sm90_d64.cu": (),
 }
 
 

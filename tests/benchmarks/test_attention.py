@@ -14,8 +14,8 @@ def _args(**overrides):
 def test_cases_cover_the_cuda_head_dims_both_masks(bench):
     cases = bench.kernel_cases(_args())
     assert {(fp8, d, causal, seqlen) for fp8, d, causal, seqlen, *_ in cases} == {
-        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in (128, 256) for causal in (False, True)
-        for seqlen in (4096, 16384)
+        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in ((128, 256) if fp8 else (64, 128, 256))
+        for causal in (False, True) for seqlen in (4096, 16384)
     }
     for _, d, _, seqlen, batch, heads, kv_heads in cases:
         assert batch * seqlen == 16384 and heads * d == 2048 and kv_heads == heads
@@ -53,8 +53,18 @@ def test_every_named_kernel_is_a_launcher_setting(bench):
             assert name in bench.FULL_ONLY or "fold" in name, name
         if "fold" in name:  # causal only
             assert name in bench.CAUSAL_ONLY, name
-    assert bench.D128_ONLY | bench.D256_ONLY <= set(bench.KERNELS)
+    assert bench.D128_ONLY | bench.D256_ONLY | bench.D64 <= set(bench.KERNELS)
     names = {name for name, _ in bench.KERNELS}
     for subset in (bench.FULL_ONLY, bench.CAUSAL_ONLY):
         assert set(subset) <= names
     assert not set(bench.FULL_ONLY) & set(bench.CAUSAL_ONLY)
+
+
+def test_kernels_at_d64_are_the_ones_built_there(bench):
+    # d64: 128-key tiles on one CTA, two or three consumers in either loop, and nothing d128's or d256's alone
+    for causal in (False, True):
+        assert set(bench.kernel_names(False, 64, causal)) == {
+            "triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg"}
+        for d in (128, 256):
+            assert not {"cuda-serial-3wg", "cuda-overlap-3wg"} & set(bench.kernel_names(False, d, causal))
+    assert bench.kernel_names(False, 64, False, impls=["cuda-serial-3wg"]) == ["triton", "cuda-serial-3wg"]

@@ -15,7 +15,7 @@ def test_takes_the_defaults_the_kernels_modes_names_and_the_peers_of_each_dtype(
 
 
 @pytest.mark.parametrize("impl,fp8", [("cudnn-fp8", False), ("sdpa-cudnn", True), ("sdpa-flash", True),
-                                      ("cuda-serial-3wg", False), ("no-such-kernel", False)])
+                                      ("cuda-serial-256", False), ("no-such-kernel", False)])
 def test_refuses_an_impl_the_dtype_has_not_naming_it(profile, impl, fp8):
     with pytest.raises(ValueError, match=f"impl: '{impl}'"):
         profile.check_impl(impl, fp8)

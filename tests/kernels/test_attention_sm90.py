@@ -66,9 +66,9 @@ def test_builds_every_variant(ptxas_report):
     # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), causal folds (dtype x
     # head dim, overlapped; d128 on 128-key tiles), and three consumers in order (dtype x (alone or paired) x causal,
     # and causal folds: d128, 128-key tiles); sliding windows (attention_sm90.WINDOW_SETTINGS): FP8 x 2 head dims x
-    # output, 16-bit dtype x 2 head dims
+    # output, 16-bit dtype x 2 head dims; 16-bit d64 (128-key tiles): dtype x consumers {2, 3} x loop x causal
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 16
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
     # (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
     # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
@@ -114,8 +114,9 @@ def test_default_variants_have_no_spills(ptxas_report):
     # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
     # (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask), the folds (2 dtypes x 2 head dims)
     # and three consumers (2 dtypes x (alone or paired) x causal, and folds); the windows (FP8 d256 x 2 output
-    # dtypes; 16-bit: 2 dtypes x 2 head dims)
-    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5 + 2 + 4
+    # dtypes; 16-bit: 2 dtypes x 2 head dims); d64 (2 dtypes x causal on two consumers overlapped, and three
+    # consumers x loop x causal)
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5 + 2 + 4 + 2 * 2 * (1 + 2)
     # the FP8 d128 windows run three consumers in order, like the default causal kernel: no spills either
     for name, text in ptxas_report.items():
         t = TEMPLATE.search(name)
@@ -177,7 +178,8 @@ def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass)
     # each wgmma takes its descriptors from uniform registers that an add or two advanced (desc_at); built from a value
     # ptxas cannot prove warp-uniform (the warpgroup from threadIdx), every Q·Kᵀ wgmma moved them there with R2UR
     # after 5-11 instructions of address arithmetic (H200, session 18: 1-4% of the loop). The FRESH_DESC kernels
-    # (BF16/FP16 d256 without a causal mask) make them anew, in uniform registers too.
+    # (BF16/FP16 d256 without a causal mask) make them anew, in uniform registers too. d64's overlapped loop makes the V
+    # slot's first descriptor between its four Q·Kᵀ wgmmas and its P·V ones: eight uniform instructions once a tile.
     kernels = {name: writes for name, writes in wgmma_descriptor_writes(library_sass).items() if "attn_fwd" in name}
     assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
     for name, writes in kernels.items():
@@ -186,7 +188,7 @@ def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass)
         assert writes, name
         for ops in writes:
             assert not any(op.startswith("R2UR") for op in ops), (name, ops)
-            assert fresh or len(ops) <= 6, (name, ops)
+            assert fresh or len(ops) <= (8 if t["d"] == "64" else 6), (name, ops)
 
 
 @needs_nvcc
@@ -210,8 +212,8 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
     # FP8 on 128-key tiles x 2 output dtypes (two consumers, each head dim: 2 loops x causal, pairs x causal, folds;
     # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
     # pairs without a mask, folds; three consumers: causal, pairs x causal, folds), and the windows on 128-key tiles
-    # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes)
-    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2
+    # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes), and every d64 kernel (one panel a row)
+    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2 + 16
 
 
 @needs_nvcc
@@ -238,6 +240,7 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128, causal=True) == 1  # causal: the default tiles
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 2  # without a mask also 128-key tiles
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128) == 2  # and three consumers in order
+    assert attention_sm90.cluster_for(64, False, "overlap", 2, 128) == 1  # d64 builds no pairs
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2  # causal or not
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, fold=True, causal=True) == 1
     # queries within one CTA's rows (decode-shaped calls): a pair's second CTA would have none
@@ -443,9 +446,25 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
     assert not attention_sm90.serves_fp8(128, 64, 128)
 
 
-def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data():
-    q = torch.zeros(64, 2, 64, dtype=torch.bfloat16)
-    assert not attention_sm90.supported_16bit(q, q, q)  # d64 stays on Triton
+@needs_nvcc
+def test_d64_runs_this_kernel_only_where_asked_on_settings_it_builds():
+    # no FASTER entry: under auto the Triton kernel serves d64; FA3FP8_KERNEL=cuda launches the launcher's defaults
+    for causal, keys in itertools.product((False, True), (None, 1024, 65536)):
+        assert attention_sm90.best_settings(64, False, causal, keys) is None
+    assert not attention_sm90.serves_windows(64)
+    loop, block_n = attention_sm90.LOOP[(64, False)], attention_sm90.BLOCK_N_16BIT[64][0]
+    cluster = attention_sm90.cluster_for(64, False, loop, 2, block_n)
+    for causal in (0, 1):
+        assert entry_16bit(64, loop, block_n, cluster, causal) == -1
+
+
+def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data(monkeypatch):
+    monkeypatch.setattr(cuda_build, "available", lambda: True)
+    for d in (64, 128, 256):
+        q = torch.zeros(64, 2, d, dtype=torch.bfloat16)
+        assert attention_sm90.supported_16bit(q, q, q), d
+    q = torch.zeros(64, 2, 96, dtype=torch.bfloat16)
+    assert not attention_sm90.supported_16bit(q, q, q)
     x = torch.zeros(64 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(64, 2, 128)  # 2 bytes off a 16-byte boundary
     assert not attention_sm90.supported_16bit(x, x, x)
     y = torch.zeros(64, 4, 128, dtype=torch.bfloat16)[:, ::2]
@@ -458,7 +477,16 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     tensor maps (-1 on MISALIGNED_Q) before anything launches."""
     entry = entry_16bit
 
+    # d64: 128-key tiles, two or three consumers, either loop, one CTA, no folds or windows
+    for loop, consumers, causal in itertools.product(("serial", "overlap"), (2, 3), (0, 1)):
+        assert entry(64, loop, 128, causal=causal, consumers=consumers) == -1, (loop, consumers, causal)
     assert entry(64, "overlap", 176) == -2
+    assert entry(64, "overlap", 128, consumers=4) == -2
+    assert entry(64, 2, 128) == -2  # no such loop
+    assert entry(64, "overlap", 128, cluster=2) == -2
+    assert entry(64, "overlap", 128, causal=1, fold=1) == -2
+    assert entry(64, "overlap", 128, causal=1, window_left=7) == -2
+    assert entry(64, "overlap", 128, causal=1, split_rounds=0) == -2
     assert entry(128, "overlap", 130) == -2
     assert entry(128, "serial", 128) == -2  # 128-key 16-bit tiles on two consumers: the overlapped loop only
     assert entry(256, "overlap", 128) == -2
@@ -912,6 +940,38 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
                                                  consumers=consumers, block_n=block_n, cluster=cluster, fold=fold)
+    assert_16bit_matches_fp64(out, lse, q, k, v, cu_q, cu_k, scale, causal)
+
+
+D64_CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, causal (d64: one CTA, never split)
+    ([1000, 1000], [1000, 1000], 8, 2, True),
+    ([1, 17, 300, 1024, 777], [1, 17, 300, 1024, 777], 8, 2, False),
+    ([100, 64], [1000, 700], 8, 1, True),  # chunked prefill: bottom-right alignment
+    ([300, 5], [120, 0], 4, 4, True),  # more queries than keys, and a sequence with no keys
+    ([17], [33], 64, 8, False),  # GQA 8:1, odd lengths
+    ([4000, 3000, 129, 1], [4000, 3000, 129, 1], 16, 4, True),  # more work tiles than SMs
+    ([2000, 300, 5], [2000, 0, 64], 16, 4, False),  # persistent CTAs past a sequence's end and over one without keys
+]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("loop,consumers", [("serial", 2), ("overlap", 2), ("serial", 3), ("overlap", 3)],
+                         ids=["serial", "overlap", "serial-3wg", "overlap-3wg"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal", D64_CASES,
+                         ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}"
+                              f"-{'causal' if c[4] else 'full'}" for c in D64_CASES])
+def test_16bit_d64_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, causal, dtype, loop, consumers):
+    gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + 64)
+    q, cu_q = _packed(lens_q, heads, 64, gen)
+    k, cu_k = _packed(lens_k, kv_heads, 64, gen)
+    v, _ = _packed(lens_k, kv_heads, 64, gen)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    scale = 64**-0.5
+    poison_cuda_cache()
+    out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
+                                                 consumers=consumers)
     assert_16bit_matches_fp64(out, lse, q, k, v, cu_q, cu_k, scale, causal)
 
 

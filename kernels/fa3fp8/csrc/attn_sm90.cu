@@ -9,17 +9,9 @@ namespace fa3fp8 {
 template <class E>
 cudaError_t launch_16bit_d256_folds(const Launch& l);
 
-// the causal flag and the loop as template arguments; an unknown loop gives -2
-template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT>
-cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
-  if (loop == SERIAL)
-    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, SERIAL, OutT>(l)
-                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, SERIAL, OutT>(l);
-  if (loop == OVERLAP)
-    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, OVERLAP, OutT>(l)
-                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, OVERLAP, OutT>(l);
-  return UNSUPPORTED;
-}
+// BF16/FP16 d64, compiled in a unit of their own (attn_sm90_d64.cu)
+template <class E>
+cudaError_t launch_16bit_d64(bool causal, int loop, int consumers, const Launch& l);
 
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
@@ -101,6 +93,14 @@ inline bool window_settings(int d, int loop, int consumers, int block_n, int clu
   return settings && cluster == 1 && fold == 0;
 }
 
+// d64 (attn_sm90_d64.cu): 128-key tiles, two or three consumers, either loop, one CTA (no pairs or folds), unsplit,
+// no window
+inline bool d64_settings(int loop, int consumers, int block_n, int cluster, int fold, int split_rounds,
+                         int window_left) {
+  return (loop == SERIAL || loop == OVERLAP) && (consumers == 2 || consumers == 3) && block_n == 128 &&
+         cluster == 1 && fold == 0 && split_rounds >= 1 && window_left == -1;
+}
+
 template <class E>
 cudaError_t launch_16bit_window(int d, const Launch& l) {
   using Out = typename E::Out;
@@ -174,8 +174,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   return static_cast<int>(err);
 }
 
-// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; loop a Loop;
-// consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
+// BF16/FP16 forward on packed Q (Tq, H, D), K and V (Tk, Hkv, D), output in the inputs' dtype; d: 64, 128 or 256
+// (64: d64_settings only); loop a Loop; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, the head dim's 176 (d128) or 80 (d256), or 128 at d128 (OVERLAP, or three consumers);
 // cluster: 1, or 2 CTAs sharing each K/V tile (OVERLAP, the head dim's default tile, or 128 keys at d128 without a
 // causal mask; three consumers too);
@@ -186,18 +186,22 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
                     int max_seqlen_q, int max_seqlen_k, float qk_scale_log2, int causal, int loop, int consumers,
                     int block_n, int bf16, int cluster, int fold, void* workspace, long long workspace_bytes,
                     int split_rounds, int window_left, void* stream) {
-  if ((d != 128 && d != 256) || split_rounds < 1 || window_left < -1 ||
-      (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster, fold, false))))
-    return UNSUPPORTED;
-  const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
-  const bool three = consumers == 3;
-  const bool narrow = d == 128 && block_n == 128 && (three ? loop == SERIAL : loop == OVERLAP);
-  if ((consumers != 2 && !three) || (three && !narrow) || (loop != SERIAL && loop != OVERLAP) ||
-      (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && !three && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
-      (fold != 0 && (fold != 1 || !causal || (!three && loop != OVERLAP) || cluster != 1 ||
-                     (d == 128 && block_n != 128))))
-    return UNSUPPORTED;
+  if (d == 64) {
+    if (!d64_settings(loop, consumers, block_n, cluster, fold, split_rounds, window_left)) return UNSUPPORTED;
+  } else {
+    if ((d != 128 && d != 256) || split_rounds < 1 || window_left < -1 ||
+        (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster, fold, false))))
+      return UNSUPPORTED;
+    const int wide = d == 128 ? BLOCK_N_16BIT_D128 : BLOCK_N_16BIT_D256;
+    const bool three = consumers == 3;
+    const bool narrow = d == 128 && block_n == 128 && (three ? loop == SERIAL : loop == OVERLAP);
+    if ((consumers != 2 && !three) || (three && !narrow) || (loop != SERIAL && loop != OVERLAP) ||
+        (block_n != wide && !narrow) || (cluster != 1 && cluster != 2) ||
+        (cluster == 2 && !three && (loop != OVERLAP || (block_n != wide && (!narrow || causal)))) ||
+        (fold != 0 && (fold != 1 || !causal || (!three && loop != OVERLAP) || cluster != 1 ||
+                       (d == 128 && block_n != 128))))
+      return UNSUPPORTED;
+  }
   Launch l;
   if (!make_map(&l.q, q, total_q, (uint64_t)heads * d * 2, consumers * WG_ROWS) ||
       !make_map(&l.k, k, total_k, (uint64_t)kv_heads * d * 2, block_n / cluster) ||
@@ -215,6 +219,9 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.split_rounds = split_rounds;
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
+  if (d == 64)
+    return static_cast<int>(bf16 ? launch_16bit_d64<BF16>(c, loop, consumers, l)
+                                 : launch_16bit_d64<FP16>(c, loop, consumers, l));
   if (window_left >= 0)
     return static_cast<int>(bf16 ? launch_16bit_window<BF16>(d, l) : launch_16bit_window<FP16>(d, l));
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, consumers, cluster, fold != 0, l)

@@ -41,6 +41,10 @@ constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
+// O's accumulator: D / O_COLS<D> wgmma results of 64 rows x O_COLS<D> columns, O_COLS<D> / 2 registers a thread each
+template <int D>
+constexpr int O_COLS = D < 128 ? D : 128;
+
 // Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
 // normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
 // MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
@@ -277,7 +281,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Accumulator operand lists: 40, 64, 88 or 128 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
+// Accumulator operand lists: 32, 40, 64, 88 or 128 fp32 registers, read-write (FA_RW) or write-only (FA_WO).
 #define FA_RW(x) "+f"(x)
 #define FA_WO(x) "=f"(x)
 #define FA_R4(c, d, i) c(d[i]), c(d[i + 1]), c(d[i + 2]), c(d[i + 3])
@@ -288,6 +292,9 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #define FA_R64(c, d) FA_R32(c, d), FA_R16(c, d, 32), FA_R16(c, d, 48)
 #define FA_R88(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R8(c, d, 80)
 #define FA_R128(c, d) FA_R64(c, d), FA_R16(c, d, 64), FA_R16(c, d, 80), FA_R16(c, d, 96), FA_R16(c, d, 112)
+#define FA_ACC32                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA_ACC40                                                                                          \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "       \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
@@ -344,24 +351,28 @@ FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
 FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
-// O (64 x 128, fp32) += P (64 x K, registers) · V (K x 128, shared). TAIL: the 16-bit forms read V MN-major
-// (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
-template <class E>
+// O (64 x N, fp32) += P (64 x K, registers) · V (K x N, shared), N = O_COLS<D>. TAIL: the 16-bit forms read V
+// MN-major (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
+template <class E, int N>
 struct WgmmaPV;
-#define FA_WGMMA_PV(E, INSTR, TAIL)                                                                           \
+#define FA_WGMMA_PV(E, N, INSTR, TAIL, ACC, REGS, IA, IB, IP)                                                 \
   template <>                                                                                                \
-  struct WgmmaPV<E> {                                                                                        \
-    __device__ __forceinline__ static void add(float (&d)[64], const uint32_t* a, uint64_t b) {              \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR " " FA_ACC64                           \
-                   ", {%64, %65, %66, %67}, %68, p, 1, 1" TAIL ";\n}\n"                                      \
-                   : FA_R64(FA_RW, d)                                                                        \
+  struct WgmmaPV<E, N> {                                                                                     \
+    __device__ __forceinline__ static void add(float (&d)[N / 2], const uint32_t* a, uint64_t b) {           \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", " IA ", %" IB ", p, 1, 1" TAIL \
+                   ";\n}\n"                                                                                  \
+                   : REGS(FA_RW, d)                                                                          \
                    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                            \
     }                                                                                                        \
   };
+#define FA_WGMMA_PV_16BIT(N, ACC, REGS, IA, IB, IP)                                                          \
+  FA_WGMMA_PV(BF16, N, "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16", ", 1", ACC, REGS, IA, IB, IP) \
+  FA_WGMMA_PV(FP16, N, "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", ", 1", ACC, REGS, IA, IB, IP)
 
-FA_WGMMA_PV(E4M3, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "")
-FA_WGMMA_PV(BF16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1")
-FA_WGMMA_PV(FP16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", ", 1")
+FA_WGMMA_PV(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", FA_ACC64, FA_R64,
+            "{%64, %65, %66, %67}", "68", "69")
+FA_WGMMA_PV_16BIT(128, FA_ACC64, FA_R64, "{%64, %65, %66, %67}", "68", "69")
+FA_WGMMA_PV_16BIT(64, FA_ACC32, FA_R32, "{%32, %33, %34, %35}", "36", "37")
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
@@ -529,34 +540,36 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
   }
 }
 
-// O (64 x D as D/128 accumulators of 64 x 128) += P (64 x N keys) · V tile. FP8: the tile is V transposed, one
-// panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile is
-// V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns of
-// D are one panel further. FRESH: as desc_at.
+// O (64 x D as D / O_COLS accumulators of 64 x O_COLS) += P (64 x N keys) · V tile. FP8: the tile is V transposed,
+// one panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile
+// is V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns
+// of D are one panel further. FRESH: as desc_at.
 template <class E, int D, int N, bool FRESH, int PREGS>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 128][64], const uint32_t (&a)[PREGS], const uint8_t* v_tile) {
+__device__ __forceinline__ void issue_pv(float (&o)[D / O_COLS<D>][O_COLS<D> / 2], const uint32_t (&a)[PREGS],
+                                         const uint8_t* v_tile) {
   constexpr uint32_t LEADING = E::FP8 ? 16 : N * PANEL;
+  constexpr int PANELS = O_COLS<D> * E::BYTES / PANEL;  // 16-bit: panels of V per accumulator
   const uint64_t v0 = smem_desc(v_tile, LEADING);
 #pragma unroll
-  for (int nb = 0; nb < D / 128; ++nb) {
+  for (int nb = 0; nb < D / O_COLS<D>; ++nb) {
 #pragma unroll
     for (int kk = 0; kk < PREGS / 4; ++kk) {
       uint64_t desc;
       if constexpr (E::FP8)
-        desc = desc_at<FRESH>(v_tile, v0, (kk / 4) * D * PANEL + nb * 128 * PANEL + (kk % 4) * 32);
+        desc = desc_at<FRESH>(v_tile, v0, (kk / 4) * D * PANEL + nb * O_COLS<D> * PANEL + (kk % 4) * 32);
       else
-        desc = desc_at<FRESH>(v_tile, v0, nb * 2 * N * PANEL + kk * 16 * PANEL, LEADING);
-      WgmmaPV<E>::add(o[nb], &a[kk * 4], desc);
+        desc = desc_at<FRESH>(v_tile, v0, nb * PANELS * N * PANEL + kk * 16 * PANEL, LEADING);
+      WgmmaPV<E, O_COLS<D>>::add(o[nb], &a[kk * 4], desc);
     }
   }
 }
 
 template <int D>
-__device__ __forceinline__ void scale_o(float (&o)[D / 128][64], const float (&f)[2]) {
+__device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2], const float (&f)[2]) {
 #pragma unroll
-  for (int nb = 0; nb < D / 128; ++nb)
+  for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-    for (int r = 0; r < 64; ++r) o[nb][r] *= f[(r / 2) % 2];
+    for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] *= f[(r / 2) % 2];
 }
 
 // ------------------------------------------------------------------------------------------ the kernel
@@ -895,11 +908,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b] - t.key0 / KV_BLOCK;
     }
 
-    float o[D / 128][64];
+    float o[D / O_COLS<D>][O_COLS<D> / 2];
 #pragma unroll
-    for (int nb = 0; nb < D / 128; ++nb)
+    for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-      for (int r = 0; r < 64; ++r) o[nb][r] = 0.f;
+      for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] = 0.f;
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
     float s_acc[S_REGS];
     uint32_t pa[P_REGS];
@@ -972,7 +985,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
       fence_regs(pa);
-      for (int nb = 0; nb < D / 128; ++nb) fence_regs(o[nb]);
+      for (int nb = 0; nb < D / O_COLS<D>; ++nb) fence_regs(o[nb]);
     };
     // one product alone, waited for, its K or V slot released: the serial loop's steps, and the overlapped loop's
     // first Q·Kᵀ and last P·V
@@ -1067,7 +1080,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
         for (int c8 = 0; c8 < D / 8; c8 += 4) {
           const int chunk = c8 + lane / 8;
-          const float* a = &o[c8 / 16][c8 % 16 * 4 + i * 2];
+          const float* a = &o[c8 / (O_COLS<D> / 8)][c8 % (O_COLS<D> / 8) * 4 + i * 2];
           stmatrix_x4(o_wg + chunk / 8 * WG_ROWS * PANEL + r * PANEL + ((chunk % 8) ^ (r % 8)) * 16,
                       pack_half2<OutT>(a[0] * f, a[1] * f), pack_half2<OutT>(a[4] * f, a[5] * f),
                       pack_half2<OutT>(a[8] * f, a[9] * f), pack_half2<OutT>(a[12] * f, a[13] * f));
@@ -1087,10 +1100,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
           OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
-          for (int nb = 0; nb < D / 128; ++nb)
+          for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-            for (int c8 = 0; c8 < 16; ++c8) {
-              const int col = nb * 128 + c8 * 8 + 2 * tq;
+            for (int c8 = 0; c8 < O_COLS<D> / 8; ++c8) {
+              const int col = nb * O_COLS<D> + c8 * 8 + 2 * tq;
               *reinterpret_cast<uint32_t*>(out + col) =
                   pack_half2<OutT>(o[nb][c8 * 4 + i * 2] * inv[i], o[nb][c8 * 4 + i * 2 + 1] * inv[i]);
             }
@@ -1100,10 +1113,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
             float* out = split.o + at * D;
 #pragma unroll
-            for (int nb = 0; nb < D / 128; ++nb)
+            for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-              for (int c8 = 0; c8 < 16; ++c8)
-                *reinterpret_cast<float2*>(out + nb * 128 + c8 * 8 + 2 * tq) =
+              for (int c8 = 0; c8 < O_COLS<D> / 8; ++c8)
+                *reinterpret_cast<float2*>(out + nb * O_COLS<D> + c8 * 8 + 2 * tq) =
                     make_float2(o[nb][c8 * 4 + i * 2] * inv[i], o[nb][c8 * 4 + i * 2 + 1] * inv[i]);
             if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l[i]);
           }
@@ -1443,6 +1456,18 @@ cudaError_t launch(const Launch& l) {
     }
   }
   return cudaSuccess;
+}
+
+// launch<>() with the causal flag and the loop as template arguments; an unknown loop gives -2
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, typename OutT>
+cudaError_t launch_loop(bool causal, int loop, const Launch& l) {
+  if (loop == SERIAL)
+    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, SERIAL, OutT>(l)
+                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, SERIAL, OutT>(l);
+  if (loop == OVERLAP)
+    return causal ? launch<E, D, BLOCK_N, STAGES, CONSUMERS, true, OVERLAP, OutT>(l)
+                  : launch<E, D, BLOCK_N, STAGES, CONSUMERS, false, OVERLAP, OutT>(l);
+  return UNSUPPORTED;
 }
 
 }  // namespace fa3fp8
