@@ -25,19 +25,19 @@ from fa3fp8.testing import random_qkv  # noqa: E402
 PEERS = {"sdpa-cudnn": False, "sdpa-flash": False, "cudnn-fp8": True}  # name -> whether it runs fp8 (else bf16)
 
 
-def check_impl(impl, fp8):
-    """Raise ValueError naming `impl` unless it runs at this dtype: "default" (best_settings' choice), a PEERS name
-    or a kernels-mode name (attention.KERNELS)."""
-    if impl == "default" or (impl, fp8) in bench.KERNELS or PEERS.get(impl) == fp8:
+def check_impl(impl, fp8, d, causal):
+    """Raise ValueError naming `impl` unless it runs at this dtype, head dim and mask: "default" (best_settings'
+    choice), a PEERS name or a kernels-mode name the kernels mode times there (attention.kernel_names)."""
+    if impl == "default" or PEERS.get(impl) == fp8 or impl in bench.kernel_names(fp8, d, causal):
         return
     peers = ", ".join(name for name, runs_fp8 in PEERS.items() if runs_fp8 == fp8)
-    raise ValueError(f"impl: {impl!r} does not run {'fp8' if fp8 else 'bf16'}: give default, {peers} or a "
-                     "kernels-mode name")
+    raise ValueError(f"impl: {impl!r} does not run {'fp8' if fp8 else 'bf16'} d{d} {'causal' if causal else 'full'}: "
+                     f"give default, {peers} or one of the kernels mode's {bench.kernel_names(fp8, d, causal)}")
 
 
 def runner(impl, fp8, d, seqlen, causal, tokens):
     """A closure running one forward call of `impl` (check_impl) on the benchmark's shape."""
-    check_impl(impl, fp8)
+    check_impl(impl, fp8, d, causal)
     batch, heads = bench.shape_for(seqlen, d, tokens)
     q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
     if impl == "cudnn-fp8":
@@ -58,13 +58,15 @@ def runner(impl, fp8, d, seqlen, causal, tokens):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dtype", choices=("bf16", "fp8"))
-    parser.add_argument("d", type=int, choices=bench.CUDA_HEAD_DIMS)
+    parser.add_argument("d", type=int, choices=bench.CUDA_HEAD_DIMS_16BIT, help="64: bf16 only")
     parser.add_argument("seqlen", type=int)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--impl", default="default")
     parser.add_argument("--tokens", type=int, default=bench.TOKENS)
     parser.add_argument("--calls", type=int, default=3, help="calls inside the profiler range")
     args = parser.parse_args()
+    if args.dtype == "fp8" and args.d not in bench.CUDA_HEAD_DIMS:
+        parser.error(f"d: fp8 runs the CUDA kernel at {bench.CUDA_HEAD_DIMS} only")
     run = runner(args.impl, args.dtype == "fp8", args.d, args.seqlen, args.causal, args.tokens)
     for _ in range(3):
         run()
