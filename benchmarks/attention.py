@@ -373,6 +373,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-3wg-fold", True): {"loop": "serial", "consumers": 3, "fold": True},
     ("cuda-overlap-fold-nosplit", True): {"loop": "overlap", "fold": True, "split": False},
     ("cuda-serial-3wg-fold-nosplit", True): {"loop": "serial", "consumers": 3, "fold": True, "split": False},
+    ("cuda-overlap-3wg", True): {"loop": "overlap", "consumers": 3},  # d64 only (D64)
 }
 D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("cuda-serial-3wg-128", False),
              ("cuda-serial-3wg-128-pairs", False), ("cuda-overlap-128-fold", False),
@@ -380,16 +381,17 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("c
              ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
              ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
-# the kernels at d64 (128-key tiles, one CTA; attention_sm90.HEAD_DIMS_16BIT), of which the three-consumer ones only there
-D64 = {("triton", False), ("cuda-overlap", False), ("cuda-serial", False), ("cuda-serial-3wg", False),
-       ("cuda-overlap-3wg", False)}
-D64_ONLY = {("cuda-serial-3wg", False), ("cuda-overlap-3wg", False)}
+# the kernels at d64 (128-key tiles, one CTA, two or three consumers in either loop; csrc/attn_sm90_d64.cu), and those
+# of them built at d64 alone
+D64 = {(name, fp8) for name in ("triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg")
+       for fp8 in (False, True)}
+D64_ONLY = {("cuda-serial-3wg", False), ("cuda-overlap-3wg", False), ("cuda-overlap-3wg", True)}
 FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
              "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
                "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
-CUDA_HEAD_DIMS = (128, 256)  # the CUDA kernel's head dims (FP8, and 16-bit beside d64)
-CUDA_HEAD_DIMS_16BIT = (64, *CUDA_HEAD_DIMS)
+CUDA_HEAD_DIMS = (64, 128, 256)  # the kernels mode's head dims: those the CUDA kernel is built for
+AUTO_HEAD_DIMS = (128, 256)  # those FA3FP8_KERNEL=auto runs it at (d64 only on request, until timed)
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 
@@ -439,9 +441,12 @@ def settings_runner(extra, fp8, q, k, v, bundles, causal):
 def kernel_names(fp8, d, causal, impls=None):
     """The KERNELS rows that the kernels mode times at (fp8, d, causal): those built for that head dim and mask, of
     `impls` (None: all; the Triton kernel's row always)."""
-    return [n for (n, f) in KERNELS if f == fp8 and ((n, f) in D64 if d == 64 else (n, f) not in D64_ONLY)
-            and (d == 128 or (n, f) not in D128_ONLY) and (d == 256 or (n, f) not in D256_ONLY)
-            and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
+    def built(key):
+        if d == 64:
+            return key in D64
+        return key not in D64_ONLY and (d == 128 or key not in D128_ONLY) and (d == 256 or key not in D256_ONLY)
+
+    return [n for (n, f) in KERNELS if f == fp8 and built((n, f)) and n not in (FULL_ONLY if causal else CAUSAL_ONLY)
             and (n == "triton" or impls is None or n in impls)]
 
 
@@ -451,7 +456,7 @@ def kernel_cases(args):
     them."""
     cases = []
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
-        for d in [d for d in args.dims if d in (CUDA_HEAD_DIMS if fp8 else CUDA_HEAD_DIMS_16BIT)]:
+        for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
             for seqlen in args.seqlens:
                 batch, heads = shape_for(seqlen, d, args.tokens)
                 cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)

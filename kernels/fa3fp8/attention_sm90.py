@@ -29,10 +29,11 @@ KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel
 WG_ROWS = 64  # query rows per consumer warpgroup: a CTA takes WG_ROWS x consumers rows
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
-# The BF16/FP16 kernel's head dims: also d64 (csrc/attn_sm90_d64.cu: 128-key tiles, two or three consumers, either
-# loop, one CTA per work tile or persistent, no pairs, folds, split or windows). d64 runs this kernel only where
-# FA3FP8_KERNEL=cuda asks (it has no FASTER entry): under auto the Triton kernel serves it until the GPU has timed them.
-HEAD_DIMS_16BIT = (64, *HEAD_DIMS)
+# The head dims this kernel is built for, FP8 and BF16/FP16: also d64 (csrc/attn_sm90_d64.cu: 128-key tiles, two or
+# three consumers, either loop, one CTA per work tile or persistent, no pairs, folds, split or windows). d64 runs this
+# kernel only where FA3FP8_KERNEL=cuda asks (it has no FASTER entry): under auto the Triton kernel serves it until the
+# GPU has timed them.
+BUILT_HEAD_DIMS = (64, *HEAD_DIMS)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
 # leave 176-key tiles a large masked remainder)
 BLOCK_N_16BIT = {64: (128,), 128: (176, 128), 256: (80,)}
@@ -141,7 +142,7 @@ CAUSAL_SPLIT_ROUNDS = 16
 # 2048 / 4096 queries, at 32 / 8 heads and at the bench's 4 x 16 heads: one CTA ahead of pairs in all 24 cases, by
 # 1.4-21% (two consumers 2.8-8.5%, e.g. BF16 512 queries 545 against 518; three 1.4-21%, FP8 2048 queries 749 against
 # 656 at 4 x 16 heads).
-CLUSTER = {(64, False): 1, (128, False): 2, (256, False): 1, (128, True): 2, (256, True): 2}
+CLUSTER = {(64, False): 1, (128, False): 2, (256, False): 1, (64, True): 1, (128, True): 2, (256, True): 2}
 # Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
 # second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
 # this many blocks an odd count runs alone (cluster_for). H200, session 16, FP8 d128 three consumers without a causal
@@ -160,7 +161,7 @@ LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cuh's Loop
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
 # 563 / 531 (and the ping-pong loop's 617 / 594, since removed), d256 728 / 696 against 625 / 627 (712 / 677);
 # FP8 d128 807 / 781 against serial's 706 / 694, d256 1045 / 1020 against 1034 / 995.
-LOOP = {(d, fp8): "overlap" for d in HEAD_DIMS for fp8 in (False, True)} | {(64, False): "overlap"}
+LOOP = {(d, fp8): "overlap" for d in BUILT_HEAD_DIMS for fp8 in (False, True)}
 # (head dim, fp8, causal) -> this kernel's settings where FA3FP8_KERNEL=auto takes it over the Triton one (same run):
 # BF16 +25-35% (d128 646 / 622 against 514 / 504, d256 728 / 696 against 539 / 528), FP8 d256 +15% (1045 / 1020
 # against 903 / 889), FP8 d128 non-causal with three consumers in order +14% (838 against 734), causal overlapped
@@ -306,14 +307,14 @@ def serves_fp8(d: int, block_m: int, block_n: int) -> bool:
 
 def supported(d: int, block_m: int, block_n: int) -> bool:
     """True when the FP8 kernel handles this head dim and these quantization blocks (else the Triton kernel runs)."""
-    return d in HEAD_DIMS and block_n == KV_BLOCK and block_m in (64, 128) and cuda_build.available()
+    return d in BUILT_HEAD_DIMS and block_n == KV_BLOCK and block_m in (64, 128) and cuda_build.available()
 
 
 def supported_16bit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """True when the BF16/FP16 kernel handles these packed tensors: a supported head dim (HEAD_DIMS_16BIT) and
+    """True when the BF16/FP16 kernel handles these packed tensors: a supported head dim (BUILT_HEAD_DIMS) and
     16-byte-aligned data (what TMA needs)."""
     return (
-        q.shape[-1] in HEAD_DIMS_16BIT
+        q.shape[-1] in BUILT_HEAD_DIMS
         and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
         and cuda_build.available()
     )
@@ -362,10 +363,11 @@ def attention_fp8_fwd_sm90(
     cluster=None, fold=False, max_seqlen_k=None, split=True, split_rounds=CAUSAL_SPLIT_ROUNDS, window_left=-1,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
-    keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks). `loop`: "serial" or "overlap" (None: the
-    head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128, serial, 128-key
-    tiles); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per cluster, 1 or 2 (2: 128-key tiles,
-    two consumers overlapped or three, not with `fold`; None: cluster_for's choice); `fold`: causal attention
+    keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks), D one of BUILT_HEAD_DIMS. `loop`: "serial"
+    or "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3:
+    d128, serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs
+    per cluster, 1 or 2 (2: 128-key tiles, two consumers overlapped or three, not with `fold` or at d64; None:
+    cluster_for's choice); `fold`: causal attention
     in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
     (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
     (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
@@ -401,13 +403,14 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
                        consumers=2, block_n=None, cluster=None, fold=False, max_seqlen_k=None, split=True,
                        split_rounds=CAUSAL_SPLIT_ROUNDS, window_left=-1):
     """Run the BF16/FP16 kernel on packed, contiguous q (Tq, H, D), k and v (Tk, Hkv, D) of one dtype, D one of
-    HEAD_DIMS_16BIT. `loop`: one of LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64
+    BUILT_HEAD_DIMS. `loop`: one of LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64
     query rows per CTA (3: d128, serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of
     BLOCK_N_16BIT[d] (None: the first; d128's 128 runs the overlapped loop or three consumers); `cluster`: CTAs per
     cluster, 1 or 2 (2: the overlapped loop on the default tiles, d128's 128-key ones overlapped without a causal
-    mask, or three consumers; not with `fold` or at d64; None: cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two
-    consumers overlapped or three in order; 128-key tiles at d128); `split`, `split_rounds`, `max_seqlen_k` and
-    `window_left` as there. Returns out (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
+    mask, or three consumers; not with `fold` or at d64; None: cluster_for's choice); `fold`: causal attention in
+    persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two consumers overlapped or three in order; 128-key
+    tiles at d128); `split`, `split_rounds`, `max_seqlen_k` and `window_left` as there. Returns out (Tq, H, D) in q's
+    dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k

@@ -2,6 +2,8 @@
 kernels it sets beside each other (a wrong list wastes the lent GPU's minutes)."""
 
 import argparse
+import itertools
+
 import pytest
 
 
@@ -14,8 +16,8 @@ def _args(**overrides):
 def test_cases_cover_the_cuda_head_dims_both_masks(bench):
     cases = bench.kernel_cases(_args())
     assert {(fp8, d, causal, seqlen) for fp8, d, causal, seqlen, *_ in cases} == {
-        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in ((128, 256) if fp8 else (64, 128, 256))
-        for causal in (False, True) for seqlen in (4096, 16384)
+        (fp8, d, causal, seqlen) for fp8 in (False, True) for d in (64, 128, 256) for causal in (False, True)
+        for seqlen in (4096, 16384)
     }
     for _, d, _, seqlen, batch, heads, kv_heads in cases:
         assert batch * seqlen == 16384 and heads * d == 2048 and kv_heads == heads
@@ -62,9 +64,10 @@ def test_every_named_kernel_is_a_launcher_setting(bench):
 
 def test_kernels_at_d64_are_the_ones_built_there(bench):
     # d64: 128-key tiles on one CTA, two or three consumers in either loop, and nothing d128's or d256's alone
-    for causal in (False, True):
-        assert set(bench.kernel_names(False, 64, causal)) == {
+    for fp8, causal in itertools.product((False, True), (False, True)):
+        assert set(bench.kernel_names(fp8, 64, causal)) == {
             "triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg"}
-        for d in (128, 256):
-            assert not {"cuda-serial-3wg", "cuda-overlap-3wg"} & set(bench.kernel_names(False, d, causal))
+        assert "cuda-overlap-3wg" not in bench.kernel_names(fp8, 128, causal)
+        assert not {"cuda-serial-3wg", "cuda-overlap-3wg"} & set(bench.kernel_names(fp8, 256, causal))
+    assert "cuda-serial-3wg" not in bench.kernel_names(False, 128, False)  # 16-bit d128's is cuda-serial-3wg-128
     assert bench.kernel_names(False, 64, False, impls=["cuda-serial-3wg"]) == ["triton", "cuda-serial-3wg"]

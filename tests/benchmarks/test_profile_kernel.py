@@ -11,8 +11,8 @@ def test_takes_the_defaults_the_kernels_modes_names_and_the_peers_of_each_dtype(
         profile.check_impl("default", fp8, d, causal)
         for name in bench.kernel_names(fp8, d, causal):
             profile.check_impl(name, fp8, d, causal)
-    for causal in (False, True):
-        profile.check_impl("cuda-overlap-3wg", False, 64, causal)
+    for fp8, causal in itertools.product((False, True), (False, True)):
+        profile.check_impl("cuda-overlap-3wg", fp8, 64, causal)
         profile.check_impl("sdpa-cudnn", False, 64, causal)
         profile.check_impl("sdpa-flash", False, 128, causal)
         profile.check_impl("cudnn-fp8", True, 256, causal)

@@ -1,6 +1,6 @@
 """The attention kernels on a Hopper GPU against the float64 reference (skipped without CUDA): the Triton kernel and
-the CUDA C++ one (FA3FP8_KERNEL=cuda: d128/d256 BF16, FP16 and FP8, d64 BF16 and FP16; FP8 d64 and windows at d64
-run the Triton kernel) through the same public functions.
+the CUDA C++ one (FA3FP8_KERNEL=cuda: BF16, FP16 and FP8 at each head dim; windows at d64 run the Triton kernel)
+through the same public functions.
 
 Error rule of FlashAttention-3's tests: the kernel's max error against fp64 is at most twice PyTorch's own error
 in the same precision, plus a small atol. Outputs are poisoned with NaN beforehand.

@@ -9,9 +9,11 @@ namespace fa3fp8 {
 template <class E>
 cudaError_t launch_16bit_d256_folds(const Launch& l);
 
-// BF16/FP16 d64, compiled in a unit of their own (attn_sm90_d64.cu)
+// d64, compiled in a unit of their own (attn_sm90_d64.cu)
 template <class E>
 cudaError_t launch_16bit_d64(bool causal, int loop, int consumers, const Launch& l);
+template <typename OutT>
+cudaError_t launch_fp8_d64(bool causal, int loop, int consumers, const Launch& l);
 
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
@@ -93,8 +95,8 @@ inline bool window_settings(int d, int loop, int consumers, int block_n, int clu
   return settings && cluster == 1 && fold == 0;
 }
 
-// d64 (attn_sm90_d64.cu): 128-key tiles, two or three consumers, either loop, one CTA (no pairs or folds), unsplit,
-// no window
+// d64 (attn_sm90_d64.cu), FP8 and 16-bit: 128-key tiles, two or three consumers, either loop, one CTA (no pairs or
+// folds), unsplit, no window
 inline bool d64_settings(int loop, int consumers, int block_n, int cluster, int fold, int split_rounds,
                          int window_left) {
   return (loop == SERIAL || loop == OVERLAP) && (consumers == 2 || consumers == 3) && block_n == 128 &&
@@ -117,7 +119,8 @@ cudaError_t launch_fp8_window(int d, const Launch& l) {
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
-// unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error.
+// unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error. d: 64, 128 or 256 (64:
+// d64_settings only).
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
 // block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
 // tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
@@ -133,18 +136,23 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
                         float qk_scale_log2, int causal, int loop, int consumers, int block_n, int out_bf16,
                         int cluster, int fold, void* workspace, long long workspace_bytes, int split_rounds,
                         int window_left, void* stream) {
-  if (window_left < -1 || (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster,
-                                                                              fold, true))))
-    return UNSUPPORTED;
-  if ((d != 128 && d != 256) || split_rounds < 1 || (consumers != 2 && consumers != 3) ||
-      (block_n != 128 && block_n != 256) || (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
-      (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
-      (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-      (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
-    return UNSUPPORTED;
+  if (d == 64) {
+    if (!d64_settings(loop, consumers, block_n, cluster, fold, split_rounds, window_left)) return UNSUPPORTED;
+  } else {
+    if (window_left < -1 || (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster,
+                                                                                fold, true))))
+      return UNSUPPORTED;
+    if ((d != 128 && d != 256) || split_rounds < 1 || (consumers != 2 && consumers != 3) ||
+        (block_n != 128 && block_n != 256) || (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
+        (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
+        (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
+        (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
+      return UNSUPPORTED;
+  }
   Launch l;
-  if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS) ||
-      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster) ||
+  const uint32_t qk_box = d < PANEL ? d : PANEL;  // FP8 d64: 64-byte rows (QK_PANEL)
+  if (!make_map(&l.q, q8, total_q, (uint64_t)heads * d, consumers * WG_ROWS, qk_box) ||
+      !make_map(&l.k, k8, total_k, (uint64_t)kv_heads * d, block_n / cluster, qk_box) ||
       !make_map(&l.v, v8t, (uint64_t)kv_heads * d, v_cols, d / cluster))
     return MAP_FAILED;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
@@ -160,7 +168,10 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   cudaError_t err;
-  if (window_left >= 0)
+  if (d == 64)
+    err = out_bf16 ? launch_fp8_d64<__nv_bfloat16>(c, loop, consumers, l)
+                   : launch_fp8_d64<__half>(c, loop, consumers, l);
+  else if (window_left >= 0)
     err = out_bf16 ? launch_fp8_window<__nv_bfloat16>(d, l) : launch_fp8_window<__half>(d, l);
   else if (consumers == 3)
     err = out_bf16 ? launch_fp8_three_consumers<__nv_bfloat16>(c, cluster, fold, l)

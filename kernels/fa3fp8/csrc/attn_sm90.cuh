@@ -45,6 +45,11 @@ constexpr int BLOCK_N_16BIT_D256 = 80;
 template <int D>
 constexpr int O_COLS = D < 128 ? D : 128;
 
+// Bytes of a swizzled row of Q or K in shared memory: a 128-byte panel, or the whole row where it is shorter (FP8
+// d64: 64-byte rows, 64-byte swizzle)
+template <class E, int D>
+constexpr int QK_PANEL = D * E::BYTES < PANEL ? D * E::BYTES : PANEL;
+
 // Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
 // normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
 // MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
@@ -241,14 +246,16 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-// wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels: rows step by 128 B
-// inside groups of 8, groups by 1024 B (the stride byte offset). K-major operands (rows along M/N, 128 B of K per
-// row) leave the leading byte offset unused; MN-major ones (rows along K, 128 B of M/N per row) step from one
-// 128-byte column of M/N to the next by `leading` bytes.
-__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t leading = 16) {
+// wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels (or 64-byte-swizzled [rows
+// x 64 B] ones, `panel` 64): rows step by `panel` bytes inside groups of 8, groups by 8 x `panel` bytes (the stride
+// byte offset). K-major operands (rows along M/N, a panel of K per row) leave the leading byte offset unused;
+// MN-major ones (rows along K, 128 B of M/N per row) step from one 128-byte column of M/N to the next by `leading`
+// bytes.
+__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t leading = 16, uint32_t panel = PANEL) {
   const uint64_t addr = smem_addr(p);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
+  const uint64_t swizzle = panel == PANEL ? 1 : 2;  // the descriptor's layout type: 128- or 64-byte swizzle
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(leading >> 4) << 16) | (uint64_t(8 * panel >> 4) << 32) |
+         (swizzle << 62);
 }
 
 // The descriptor of the operand `bytes` (a multiple of 16, a constant once unrolled) past `base`: shared addresses
@@ -371,6 +378,8 @@ struct WgmmaPV;
 
 FA_WGMMA_PV(E4M3, 128, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "", FA_ACC64, FA_R64,
             "{%64, %65, %66, %67}", "68", "69")
+FA_WGMMA_PV(E4M3, 64, "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "", FA_ACC32, FA_R32,
+            "{%32, %33, %34, %35}", "36", "37")
 FA_WGMMA_PV_16BIT(128, FA_ACC64, FA_R64, "{%64, %65, %66, %67}", "68", "69")
 FA_WGMMA_PV_16BIT(64, FA_ACC32, FA_R32, "{%32, %33, %34, %35}", "36", "37")
 
@@ -524,15 +533,18 @@ __device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PR
   }
 }
 
-// S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma; FRESH: as desc_at
+// S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma, Q and K in panels of QK_PANEL bytes a row;
+// FRESH: as desc_at
 template <class E, int D, int BM, int N, bool FRESH>
 __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, const uint8_t* k_tile) {
-  const uint64_t q0 = smem_desc(q_wg), k0 = smem_desc(k_tile);
+  constexpr int ROW = QK_PANEL<E, D>, STEPS = ROW / 32;  // wgmma k-steps per panel
+  static_assert(!FRESH || ROW == PANEL, "descriptors made anew take 128-byte panels");
+  const uint64_t q0 = smem_desc(q_wg, 16, ROW), k0 = smem_desc(k_tile, 16, ROW);
 #pragma unroll
   for (int kk = 0; kk < D * E::BYTES / 32; ++kk) {
-    const int panel = kk / 4, col = (kk % 4) * 32;
-    const uint64_t desc_q = desc_at<FRESH>(q_wg, q0, panel * BM * PANEL + col);
-    const uint64_t desc_k = desc_at<FRESH>(k_tile, k0, panel * N * PANEL + col);
+    const int panel = kk / STEPS, col = (kk % STEPS) * 32;
+    const uint64_t desc_q = desc_at<FRESH>(q_wg, q0, panel * BM * ROW + col);
+    const uint64_t desc_k = desc_at<FRESH>(k_tile, k0, panel * N * ROW + col);
     if (kk == 0)
       WgmmaQK<E, N>::first(s, desc_q, desc_k);
     else
@@ -709,10 +721,10 @@ __host__ __device__ constexpr int staged_o_bytes() {
 
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
 // causal mask ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session 20): ptxas then
-// schedules its loop differently, with ~50 more register moves per tile.
+// schedules its loop differently, with ~50 more register moves per tile; and d64's (attn_sm90_d64.cu), built unsplit.
 template <class E, int D>
 __host__ __device__ constexpr bool splits_tail() {
-  return E::FP8 || D == 128;
+  return D == 128 || (E::FP8 && D == 256);
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
@@ -783,6 +795,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   extern __shared__ uint8_t smem_raw[];
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int ROW_BYTES = D * E::BYTES;            // one row of Q, K or V
+  constexpr int QK_ROW = QK_PANEL<E, D>;             // bytes of a swizzled row of Q or K (16-bit: of V too)
   constexpr int TILE_BYTES = BLOCK_N * ROW_BYTES;    // one K or V tile
   constexpr int S_REGS = BLOCK_N / 2;                // score accumulator per thread
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
@@ -834,8 +847,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
-      for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-        tma_load(sm.q + pn * BLOCK_M * PANEL, &map_q, t.h * ROW_BYTES + pn * PANEL, t.q_start + t.m0, &sm.q_full);
+      for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
+        tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
@@ -849,8 +862,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       };
       // this CTA's rows of K/V tile j (keys x D) into `tile`: all of them, or with CLUSTER 2 its half
       auto load_rows = [&](uint8_t* tile, const CUtensorMap* map, uint64_t* full, int j) {
-        for (int pn = 0; pn < ROW_BYTES / PANEL; ++pn)
-          copy(tile + pn * BLOCK_N * PANEL + rank * HALF_ROWS * PANEL, map, t.hk * ROW_BYTES + pn * PANEL,
+        for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
+          copy(tile + pn * BLOCK_N * QK_ROW + rank * HALF_ROWS * QK_ROW, map, t.hk * ROW_BYTES + pn * QK_ROW,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
       for (int j = 0; j < t.n_tiles; ++j) {
@@ -888,7 +901,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int cw = wg - 1;
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
-  const uint8_t* q_wg = sm.q + cw * WG_ROWS * PANEL;
+  const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
@@ -1243,16 +1256,19 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// 2D byte tensor (rows x cols, row stride = cols) read in [box_rows x 128 B] boxes, 128-byte swizzle
-inline bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows) {
+// 2D byte tensor (rows x cols, row stride = cols) read in [box_rows x 128 B] boxes, 128-byte swizzle, or in [box_rows
+// x 64 B] ones with 64-byte swizzle (box_cols 64: FP8 d64's Q and K, QK_PANEL)
+inline bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                     uint32_t box_cols = PANEL) {
   auto encode = encode_tiled();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {cols};
-  const cuuint32_t box[2] = {PANEL, box_rows};
+  const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
+  const auto swizzle = box_cols == PANEL ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
