@@ -454,14 +454,17 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
 
 @needs_nvcc
 def test_d64_runs_this_kernel_only_where_asked_on_settings_it_builds():
-    # no FASTER entry: under auto the Triton kernel serves d64; FA3FP8_KERNEL=cuda launches the launcher's defaults
-    for causal, keys in itertools.product((False, True), (None, 1024, 65536)):
-        assert attention_sm90.best_settings(64, False, causal, keys) is None
+    # no FASTER entry: under auto the Triton kernel serves d64; FA3FP8_KERNEL=cuda launches the launchers' defaults
+    for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 65536)):
+        assert attention_sm90.best_settings(64, fp8, causal, keys) is None
     assert not attention_sm90.serves_windows(64)
     loop, block_n = attention_sm90.LOOP[(64, False)], attention_sm90.BLOCK_N_16BIT[64][0]
     cluster = attention_sm90.cluster_for(64, False, loop, 2, block_n)
+    fp8_loop = attention_sm90.LOOP[(64, True)]
+    fp8_cluster = attention_sm90.cluster_for(64, True, fp8_loop, 2, attention_sm90.KV_BLOCK)
     for causal in (0, 1):
         assert entry_16bit(64, loop, block_n, cluster, causal) == -1
+        assert entry_fp8(64, fp8_loop, 2, attention_sm90.KV_BLOCK, fp8_cluster, causal) == -1
 
 
 def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data(monkeypatch):
