@@ -1,15 +1,15 @@
 // Forward attention for Hopper (sm_90a) in CUDA C++ with FlashAttention-3's structure: FP8 (e4m3) and BF16/FP16.
 //
-// A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows
-// of one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with
-// TMA (128-byte swizzle, mbarrier completion); two (or three) consumer warpgroups of 64 rows each run S = Q·Kᵀ and
-// O += P·V on wgmma (S from shared memory, P from registers) with the online softmax between. The loop (Loop
-// below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and computes softmax(j)
-// while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K after its Q·Kᵀ,
-// V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next work tile's Q
-// and first K/V tiles while the consumers finish the current one. A persistent launch's last round that would leave
-// CTAs idle (no causal mask, or causal folds of equal-length sequences), and a causal launch of fewer work tiles
-// than CTAs fit at once (a few queries over a long context) or its last round (of up to split_rounds), is split
+// A persistent CTA per SM (causal: a CTA per work tile, see launch) computes work tiles of 128 (or 192) query rows of
+// one (sequence, head) in turn: a producer warpgroup streams Q and a ring of K/V tiles into shared memory with TMA
+// (128-byte swizzle, 64-byte for FP8 d64's Q and K rows; mbarrier completion); two (or three) consumer warpgroups of 64
+// rows each run S = Q·Kᵀ and O += P·V on wgmma (S from shared memory, P from registers) with the online softmax
+// between. The loop (Loop below) runs each tile's steps in order, or issues Q·Kᵀ of tile j before P·V of tile j-1 and
+// computes softmax(j) while that P·V runs (FlashAttention-3, section 3.2). K and V slots are released separately (K
+// after its Q·Kᵀ, V after its P·V), so the producer refills a K slot while P·V still reads V, and it loads the next
+// work tile's Q and first K/V tiles while the consumers finish the current one. A persistent launch's last round that
+// would leave CTAs idle (no causal mask, or causal folds of equal-length sequences), and a causal launch of fewer work
+// tiles than CTAs fit at once (a few queries over a long context) or its last round (of up to split_rounds), is split
 // along the keys over all of them, and merge_segments combines the parts (TailSplit).
 //
 // FP8 input is the quantized bundle of fa3fp8.quantize_qkv: e4m3 Q (T, H, D) and K (T, Hkv, D), V transposed tile
