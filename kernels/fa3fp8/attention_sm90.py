@@ -222,8 +222,9 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     if equal_lengths:
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
     few_queries = launch is not None and launch[1] < FOLDS_MIN_QUERY_SHARE * max_seqlen_k
-    if causal and max_seqlen_k <= limit and not few_queries:
-        folds = {**settings, **SHORT_CAUSAL[(d, fp8)]}
+    short_causal = SHORT_CAUSAL.get((d, fp8))  # None where no folds are built (d64)
+    if causal and short_causal is not None and max_seqlen_k <= limit and not few_queries:
+        folds = {**settings, **short_causal}
         queries = max_seqlen_k if launch is None else launch[1]
         if folds.get("consumers") == 3 and rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING:
             folds.update(PADDED_FOLDS)

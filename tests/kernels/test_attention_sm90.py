@@ -467,6 +467,14 @@ def test_d64_runs_this_kernel_only_where_asked_on_settings_it_builds():
         assert entry_fp8(64, fp8_loop, 2, attention_sm90.KV_BLOCK, fp8_cluster, causal) == -1
 
 
+def test_a_head_dim_without_folds_keeps_its_settings_over_short_causal_keys(monkeypatch):
+    # d64 builds no folds (SHORT_CAUSAL has no entry): a FASTER entry for it serves short causal attention as it is
+    settings = {"loop": "overlap", "consumers": 3}
+    monkeypatch.setitem(attention_sm90.FASTER, (64, False, True), settings)
+    assert attention_sm90.best_settings(64, False, True, 4096, launch=(64, 4096, 132)) == settings
+    assert attention_sm90.best_settings(64, False, True, 4096, equal_lengths=True) == settings
+
+
 def test_16bit_needs_a_supported_head_dim_and_aligned_contiguous_data(monkeypatch):
     monkeypatch.setattr(cuda_build, "available", lambda: True)
     for d in (64, 128, 256):
