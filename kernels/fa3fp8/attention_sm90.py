@@ -30,9 +30,7 @@ WG_ROWS = 64  # query rows per consumer warpgroup: a CTA takes WG_ROWS x consume
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 # The head dims this kernel is built for, FP8 and BF16/FP16: also d64 (csrc/attn_sm90_d64.cu: 128-key tiles, two or
-# three consumers, either loop, one CTA per work tile or persistent, no pairs, folds, split or windows). d64 runs this
-# kernel only where FA3FP8_KERNEL=cuda asks (it has no FASTER entry): under auto the Triton kernel serves it until the
-# GPU has timed them.
+# three consumers, either loop, one CTA per work tile or persistent, no pairs, folds, split or windows; FASTER below).
 BUILT_HEAD_DIMS = (64, *HEAD_DIMS)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
 # leave 176-key tiles a large masked remainder)
@@ -177,8 +175,13 @@ LOOP = {(d, fp8): "overlap" for d in BUILT_HEAD_DIMS for fp8 in (False, True)}
 # theirs past the end and two consumers keep it (SHORT_FULL). Causal too, beyond SHORT_CAUSAL's folds (session 22,
 # kernels mode, medians of 5 interleaved rounds, S 16K / 64K): three consumers paired 625 / 686 against two
 # overlapped on 176-key tiles paired 615 / 658 (alone 602 / 642; cuDNN 552 / 589).
+# d64 takes three consumers overlapped (FlashAttention-3's d64 setting). H100 (session 33, kernels mode, S16K, 32
+# heads, medians of 3 rounds; `attention-kernels-nvidia-h100-80gb-hbm3-2026-12-05-session33-d64.json`), TFLOPS full /
+# causal: BF16 531 / 487 against the Triton kernel's 408 / 382 and cuDNN's 463 / 444 (two consumers overlapped 455 /
+# 425, three in order 507 / 478); FP8 667 / 578 against 525 / 511 and cuDNN FP8's 542 / 546.
 FASTER = {
     **{(d, fp8, causal): {} for d in HEAD_DIMS for fp8 in (False, True) for causal in (False, True)},
+    **{(64, fp8, causal): {"loop": "overlap", "consumers": 3} for fp8 in (False, True) for causal in (False, True)},
     (128, False, False): {"loop": "serial", "consumers": 3, "block_n": 128},
     (128, False, True): {"loop": "serial", "consumers": 3, "block_n": 128},
     (128, True, False): {"loop": "serial", "consumers": 3},

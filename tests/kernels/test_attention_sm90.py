@@ -291,14 +291,14 @@ def test_auto_settings_are_variants_the_library_builds():
     # FASTER is what FA3FP8_KERNEL=auto launches: each entry must name a loop, consumer count and tile the C entry
     # points accept (three consumers: d128, serial, 128 keys; 256-key tiles: FP8 d128)
     for (d, fp8, causal), settings in attention_sm90.FASTER.items():
-        assert d in attention_sm90.HEAD_DIMS
+        assert d in attention_sm90.BUILT_HEAD_DIMS
         loop = settings.get("loop", attention_sm90.LOOP[(d, fp8)])
         assert loop in attention_sm90.LOOPS
         block_n = settings.get("block_n", 128)
         assert block_n in attention_sm90.FP8_BLOCK_N and (block_n == 128 or (fp8 and d == 128 and loop == "serial"))
         if settings.get("consumers", 2) == 3:
-            assert d == 128 and loop == "serial" and block_n == 128
-    assert attention_sm90.best_settings(64, False, False) is None  # d64 is not built
+            assert block_n == 128 and (d == 64 or (d == 128 and loop == "serial"))
+    assert attention_sm90.best_settings(96, False, False) is None  # d96 is not built
 
 
 def test_short_causal_attention_takes_folds():
@@ -443,7 +443,7 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
     # order only
     monkeypatch.setattr(cuda_build, "available", lambda: True)
     for choice, d, expected in [("auto", 128, True), ("auto", 256, True), ("cuda", 128, True), ("triton", 128, False),
-                                ("auto", 64, False), ("cuda", 64, True)]:
+                                ("auto", 64, True), ("cuda", 64, True), ("triton", 64, False)]:
         monkeypatch.setenv("FA3FP8_KERNEL", choice)
         assert attention_sm90.serves_fp8(d, 64 if d < 256 else 128, 128) is expected, (choice, d)
     monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
@@ -453,10 +453,18 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
 
 
 @needs_nvcc
-def test_d64_runs_this_kernel_only_where_asked_on_settings_it_builds():
-    # no FASTER entry: under auto the Triton kernel serves d64; FA3FP8_KERNEL=cuda launches the launchers' defaults
+def test_d64_runs_three_consumers_overlapped_on_settings_it_builds():
+    # FASTER's d64 entry at every length and mask (no folds, pairs or short-key settings at d64), and the launchers'
+    # defaults (FA3FP8_KERNEL=cuda without best settings) are built too; windows at d64 stay on the Triton kernel
     for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 65536)):
-        assert attention_sm90.best_settings(64, fp8, causal, keys) is None
+        settings = attention_sm90.best_settings(64, fp8, causal, keys)
+        assert settings == {"loop": "overlap", "consumers": 3}, (fp8, causal, keys)
+        block_n = attention_sm90.KV_BLOCK if fp8 else attention_sm90.BLOCK_N_16BIT[64][0]
+        assert attention_sm90.cluster_for(64, fp8, "overlap", 3, block_n, causal=causal, max_seqlen_k=keys) == 1
+        if fp8:
+            assert entry_fp8(64, "overlap", 3, block_n, causal=int(causal)) == -1
+        else:
+            assert entry_16bit(64, "overlap", block_n, causal=int(causal), consumers=3) == -1
     assert not attention_sm90.serves_windows(64)
     loop, block_n = attention_sm90.LOOP[(64, False)], attention_sm90.BLOCK_N_16BIT[64][0]
     cluster = attention_sm90.cluster_for(64, False, loop, 2, block_n)
