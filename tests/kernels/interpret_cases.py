@@ -50,6 +50,13 @@ def max_err(x, ref):
     return (x.double() - ref.double()).abs().max().item()
 
 
+def lse_fields(lse, lse8):
+    """The kernel's lse against the FP8 reference's on the same bundle, over the rows that see a key, and whether
+    the same rows see none."""
+    seen = torch.isfinite(lse8)
+    return {"lse_err": max_err(lse[seen], lse8[seen]), "lse_inf_match": bool(torch.equal(torch.isinf(lse), ~seen))}
+
+
 def packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed):
     """Random fp16 packed q (sum(lens_q), heads, d), k, v (sum(lens_k), kv_heads, d) and their cu_seqlens."""
     cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
@@ -97,11 +104,12 @@ def fp8_case(shape, window_size=(-1, -1)):
     causal = shape[-1]
     q, k, v = random_qkv(*shape[:6], torch.float16, "cpu", seed=sum(shape) + 1)
     qkv = fa3fp8.quantize_qkv(q, k, v)
-    out = fa3fp8.flash_attn_fp8_func(qkv, causal=causal, window_size=window_size)
-    ref8, _ = attention_fp8_reference(qkv, causal=causal, window_size=window_size)
+    out, lse = fa3fp8.flash_attn_fp8_func(qkv, causal=causal, window_size=window_size, return_lse=True)
+    ref8, lse8 = attention_fp8_reference(qkv, causal=causal, window_size=window_size)
     exact, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64, window_size=window_size)
+    lse8 = lse8.reshape(lse.shape[1], lse.shape[0], lse.shape[2]).transpose(0, 1)  # packed (H, B·S) to (B, H, S)
     return {
-        "kernel_vs_fp8_ref": rmse(out.reshape(ref8.shape), ref8),
+        "kernel_vs_fp8_ref": rmse(out.reshape(ref8.shape), ref8), **lse_fields(lse, lse8),
         "fp8_ref_vs_exact": rmse(ref8, exact.reshape(ref8.shape)),
         "finite": bool(torch.isfinite(out).all()),
         "masked_rows_zero": bool((out.reshape(ref8.shape)[exact.reshape(ref8.shape).abs().sum(-1) == 0] == 0).all()),
@@ -120,11 +128,11 @@ def fp8_window_permuted_case():
 def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
     q, k, v, cu_q, cu_k = packed_qkv(lens_q, lens_k, heads, kv_heads, d, seed=9)
     qkv = fa3fp8.quantize_qkv(q, k, v, True, cu_q, cu_k, max(lens_q), max(lens_k))
-    out = fa3fp8.flash_attn_fp8_func(qkv, causal=True)
-    ref8, _ = attention_fp8_reference(qkv, causal=True)
+    out, lse = fa3fp8.flash_attn_fp8_func(qkv, causal=True, return_lse=True)
+    ref8, lse8 = attention_fp8_reference(qkv, causal=True)
     exact, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=True, compute_dtype=torch.float64)
     return {
-        "kernel_vs_fp8_ref": rmse(out, ref8), "fp8_ref_vs_exact": rmse(ref8, exact),
+        "kernel_vs_fp8_ref": rmse(out, ref8), "fp8_ref_vs_exact": rmse(ref8, exact), **lse_fields(lse, lse8),
         "finite": bool(torch.isfinite(out).all()),
         "masked_rows_zero": bool((out[exact.abs().sum(-1) == 0] == 0).all()),
     }

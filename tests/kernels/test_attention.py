@@ -70,6 +70,8 @@ def test_fp8_kernel_matches_fp8_reference(interpreted, case):
     r = interpreted[case]
     assert r["finite"] and r["masked_rows_zero"]
     assert r["kernel_vs_fp8_ref"] <= 0.5 * r["fp8_ref_vs_exact"]
+    assert r["lse_err"] <= 1e-4
+    assert r["lse_inf_match"]
 
 
 def test_a_window_reads_a_key_permuted_bundle_through_a_reordered_v(interpreted):

@@ -1062,6 +1062,7 @@ def test_window_matches_reference(lens_q, lens_k, window_left, d, fp8):
         same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, True, compute_dtype=q.dtype,
                                              window_size=window)
         assert (out.double() - ref).abs().max().item() <= 2 * (same.double() - ref).abs().max().item() + 1e-3
+        expected_lse, lse_atol = ref_lse, 1e-3
     else:
         q_block = 64 if d == 128 else 128
         b = quantize_qkv_reference(q, k, v, cu_q, cu_k, q_block, attention_sm90.KV_BLOCK)
@@ -1069,14 +1070,17 @@ def test_window_matches_reference(lens_q, lens_k, window_left, d, fp8):
             b.q8, b.k8, permute_v_keys(b.v8t), cu_q, cu_k, max(lens_q), scale, True, b.q_scale, b.k_scale,
             b.v_scale, b.cu_blocks_q, b.cu_blocks_k, q_block, torch.bfloat16, window_left=window_left, **settings,
         )
-        ref8, _ = attention_fp8_reference(b, scale, True, window_size=window)
+        ref8, lse8 = attention_fp8_reference(b, scale, True, window_size=window)
         ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, scale, True, compute_dtype=torch.float64,
                                                   window_size=window)
         assert rmse(out, ref8) <= 0.8 * rmse(ref8, ref) + 1e-4
+        # against the same bundle's FP8 math: over a narrow window the quantized scores alone move the lse from
+        # fp64's by up to 0.16 (one key at window 0)
+        expected_lse, lse_atol = lse8.double(), 2e-2
     assert torch.isfinite(out).all()
     masked = torch.isinf(ref_lse)
     assert torch.equal(torch.isinf(lse), masked)
-    assert (lse.double() - ref_lse)[~masked].abs().max().item() <= (2e-2 if fp8 else 1e-3)
+    assert (lse.double() - expected_lse)[~masked].abs().max().item() <= lse_atol
     assert (out[masked.T] == 0).all()
 
 
