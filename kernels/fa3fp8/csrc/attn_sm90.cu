@@ -9,11 +9,9 @@ namespace fa3fp8 {
 template <class E>
 cudaError_t launch_16bit_d256_folds(const Launch& l);
 
-// d64, compiled in a unit of their own (attn_sm90_d64.cu)
-template <class E>
-cudaError_t launch_16bit_d64(bool causal, int loop, int consumers, const Launch& l);
-template <typename OutT>
-cudaError_t launch_fp8_d64(bool causal, int loop, int consumers, const Launch& l);
+// d64, compiled in a unit of their own (attn_sm90_d64.cu): BF16 and FP16 to their own dtype, FP8 to either
+template <class E, typename OutT>
+cudaError_t launch_d64(bool causal, int loop, int consumers, const Launch& l);
 
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
@@ -169,8 +167,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   const bool c = causal != 0;
   cudaError_t err;
   if (d == 64)
-    err = out_bf16 ? launch_fp8_d64<__nv_bfloat16>(c, loop, consumers, l)
-                   : launch_fp8_d64<__half>(c, loop, consumers, l);
+    err = out_bf16 ? launch_d64<E4M3, __nv_bfloat16>(c, loop, consumers, l)
+                   : launch_d64<E4M3, __half>(c, loop, consumers, l);
   else if (window_left >= 0)
     err = out_bf16 ? launch_fp8_window<__nv_bfloat16>(d, l) : launch_fp8_window<__half>(d, l);
   else if (consumers == 3)
@@ -231,8 +229,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   if (d == 64)
-    return static_cast<int>(bf16 ? launch_16bit_d64<BF16>(c, loop, consumers, l)
-                                 : launch_16bit_d64<FP16>(c, loop, consumers, l));
+    return static_cast<int>(bf16 ? launch_d64<BF16, BF16::Out>(c, loop, consumers, l)
+                                 : launch_d64<FP16, FP16::Out>(c, loop, consumers, l));
   if (window_left >= 0)
     return static_cast<int>(bf16 ? launch_16bit_window<BF16>(d, l) : launch_16bit_window<FP16>(d, l));
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, consumers, cluster, fold != 0, l)

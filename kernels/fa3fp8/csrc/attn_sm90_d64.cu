@@ -19,19 +19,9 @@ cudaError_t launch_d64(bool causal, int loop, int consumers, const Launch& l) {
   return UNSUPPORTED;
 }
 
-template <class E>
-cudaError_t launch_16bit_d64(bool causal, int loop, int consumers, const Launch& l) {
-  return launch_d64<E, typename E::Out>(causal, loop, consumers, l);
-}
-
-template <typename OutT>
-cudaError_t launch_fp8_d64(bool causal, int loop, int consumers, const Launch& l) {
-  return launch_d64<E4M3, OutT>(causal, loop, consumers, l);
-}
-
-template cudaError_t launch_16bit_d64<BF16>(bool causal, int loop, int consumers, const Launch& l);
-template cudaError_t launch_16bit_d64<FP16>(bool causal, int loop, int consumers, const Launch& l);
-template cudaError_t launch_fp8_d64<__nv_bfloat16>(bool causal, int loop, int consumers, const Launch& l);
-template cudaError_t launch_fp8_d64<__half>(bool causal, int loop, int consumers, const Launch& l);
+template cudaError_t launch_d64<BF16, BF16::Out>(bool causal, int loop, int consumers, const Launch& l);
+template cudaError_t launch_d64<FP16, FP16::Out>(bool causal, int loop, int consumers, const Launch& l);
+template cudaError_t launch_d64<E4M3, __nv_bfloat16>(bool causal, int loop, int consumers, const Launch& l);
+template cudaError_t launch_d64<E4M3, __half>(bool causal, int loop, int consumers, const Launch& l);
 
 }  // namespace fa3fp8
