@@ -67,8 +67,10 @@ SETTINGS = {
 
 
 def causal_flops(queries, keys, heads=HEADS, d=D):
-    """Forward FLOPs of bottom-right causal attention: query i of `queries` sees keys - queries + i + 1 keys."""
-    return 4 * heads * d * (queries * (keys - queries) + queries * (queries + 1) / 2)
+    """Forward FLOPs of bottom-right causal attention: query i of `queries` sees keys - queries + i + 1 keys (none
+    where that is not positive: with more queries than keys, the first queries - keys rows see no key)."""
+    seeing = min(queries, keys)
+    return 4 * heads * d * (seeing * (keys - seeing) + seeing * (seeing + 1) / 2)
 
 
 def sdpa_lower_right(q, k, v):
