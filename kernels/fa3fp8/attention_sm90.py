@@ -73,7 +73,10 @@ FOLDS_MIN_QUERY_SHARE = 0.25
 # that share: 12.5% (S1K, session 17) 396 against 380; 3.1%: S2K 547 / 508 (session 17), S4K 690 / 688 (session 17),
 # 684 / 690 (session 13), session 31 (`few_queries.py`, 4096 keys, medians of 5, 32 / 8 heads then the bench's 4 x 16)
 # 4096 queries 729 / 694 and 741 / 725, 2048 queries 755 / 627 and 774 / 728; 12.5% (1024 queries over 4096 keys)
-# 738 / 509 and 759 / 651. None: S3K 612 / 688 (session 17). 0.8%: S16K 810 / 842 (session 13).
+# 738 / 509 and 759 / 651. None: S3K 612 / 688 (session 17); session 34, 3072 queries over 3072 / 4096 keys (32 / 8
+# heads, then 4 x 16) 665 / 715, 745 / 801 and 690 / 745, 760 / 823. 0.8%: S16K 810 / 842 (session 13). More queries
+# than keys (the first rows see none) take two consumers too: session 34, 8192 queries over 3072 keys 530 / 313 and
+# 547 / 324, over 4096 keys (4 x 16) 635 / 451 (`few-queries-nvidia-h200-2026-12-05-session34-*.json`).
 FOLDS_THREE_MAX_PADDING = 0.02
 PADDED_FOLDS = {"loop": "overlap", "consumers": 2}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
@@ -212,9 +215,9 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
     the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers'
-    folds PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING), unless
-    `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most
-    SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys):
+    folds PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING or the
+    queries outnumber the keys), unless `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention
+    without a causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys):
     (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention whose three
     consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or FEW_WAVES_SETTINGS,
     whichever few_waves_time models shorter."""
@@ -229,7 +232,8 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     if causal and short_causal is not None and max_seqlen_k <= limit and not few_queries:
         folds = {**settings, **short_causal}
         queries = max_seqlen_k if launch is None else launch[1]
-        if folds.get("consumers") == 3 and rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING:
+        padded = queries > max_seqlen_k or rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING
+        if folds.get("consumers") == 3 and padded:
             folds.update(PADDED_FOLDS)
         return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:

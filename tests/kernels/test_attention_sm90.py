@@ -349,6 +349,9 @@ def test_short_causal_fp8_d128_folds_take_two_consumers_where_three_would_pad():
     assert attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True) == three  # 0.8%
     assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 3072, 132)) == three
     assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 2048, 132)) == two
+    # more queries than keys, in whole blocks or not: the first rows see no key
+    assert attention_sm90.best_settings(128, True, True, 3072, equal_lengths=True, launch=(32, 6144, 132)) == two
+    assert attention_sm90.best_settings(128, True, True, 3072, equal_lengths=True, launch=(32, 8192, 132)) == two
     for d, fp8 in [(128, False), (256, False), (256, True)]:  # the others keep SHORT_CAUSAL's
         for keys in (1024, 4096):
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
