@@ -194,8 +194,7 @@ FASTER = {
 
 # (head dim, fp8) -> the settings of causal attention in a sliding window (`window_left`; csrc/attn_sm90.cu's
 # window_settings): those of long causal attention (FASTER) alone, one CTA per work tile and unsplit, since a window's
-# work tiles are about equally long. Served where FA3FP8_KERNEL=cuda asks for this kernel (serves_windows); under
-# auto windows run the Triton kernel until these are timed against it on the GPU.
+# work tiles are about equally long.
 WINDOW_SETTINGS = {
     (128, False): {"loop": "serial", "consumers": 3, "block_n": 128, "cluster": 1, "split": False},
     (256, False): {"loop": "overlap", "consumers": 2, "block_n": BLOCK_N_16BIT[256][0], "cluster": 1, "split": False},
@@ -204,10 +203,22 @@ WINDOW_SETTINGS = {
 }
 
 
+# Head dims whose causal windows FA3FP8_KERNEL=auto runs on this kernel, where it was timed ahead of the Triton one
+# (FA3FP8_KERNEL=cuda runs every head dim of WINDOW_SETTINGS here). H200, session 34, `benchmarks/window.py` (one
+# sequence, 32 / 8 heads, d128, medians of 3 rounds; `window-nvidia-h200-2026-12-05-session34.json`), TFLOPS of the
+# pairs the window keeps, 16384 / 65536 tokens: window 1024 BF16 435 / 434 against the Triton kernel's 311 / 315, FP8
+# 535 / 557 against 413 / 422; window 4096 BF16 563 / 589 against 456 / 456, FP8 804 / 812 against 628 / 630
+# (FlexAttention BF16 316-408).
+WINDOWS_FASTER = (128,)
+
+
 def serves_windows(d: int) -> bool:
-    """True when causal attention in a sliding window at head dim `d` runs this kernel (FA3FP8_KERNEL=cuda), with
-    WINDOW_SETTINGS; else the Triton kernel serves windows."""
-    return env.kernel() == "cuda" and d in HEAD_DIMS and cuda_build.available()
+    """True when causal attention in a sliding window at head dim `d` runs this kernel, with WINDOW_SETTINGS: at
+    the head dims of WINDOWS_FASTER under FA3FP8_KERNEL=auto, at every head dim of WINDOW_SETTINGS under
+    FA3FP8_KERNEL=cuda; else the Triton kernel serves windows."""
+    choice = env.kernel()
+    asked = choice == "cuda" or (choice == "auto" and d in WINDOWS_FASTER)
+    return asked and d in HEAD_DIMS and cuda_build.available()
 
 
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,

@@ -27,9 +27,10 @@ def interpreting() -> bool:
 
 def kernel() -> str:
     """`FA3FP8_KERNEL`: which Hopper forward kernel serves. `auto` (default): the CUDA C++ kernel where it measured
-    faster (`attention_sm90.FASTER`) and nvcc or a built library is there, the Triton kernel otherwise; `triton`
-    (also what the CPU interpreter runs); `cuda` (the CUDA C++ kernel at d64/d128/d256, BF16, FP16 and FP8, causal
-    sliding windows included at d128/d256, built with nvcc on first use)."""
+    faster (`attention_sm90.FASTER`, and causal sliding windows at `attention_sm90.WINDOWS_FASTER`'s head dims) and
+    nvcc or a built library is there, the Triton kernel otherwise; `triton` (also what the CPU interpreter runs);
+    `cuda` (the CUDA C++ kernel at d64/d128/d256, BF16, FP16 and FP8, causal sliding windows included at d128/d256,
+    built with nvcc on first use)."""
     value = os.environ.get("FA3FP8_KERNEL", "auto").strip().lower()
     if value not in KERNELS:
         raise ValueError(f"FA3FP8_KERNEL must be one of {KERNELS}, got {value!r}")

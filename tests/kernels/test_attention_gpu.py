@@ -80,8 +80,8 @@ WINDOWED = [  # (dense shape, window_size): Mistral's 4096-key sliding window ov
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("shape,window", WINDOWED, ids=[f"{case_id(*s)}-window{w[0]}_{w[1]}" for s, w in WINDOWED])
 def test_window_matches_fp64_reference(shape, window, fp8, kernel):
-    # windows run the Triton kernel whichever FA3FP8_KERNEL says (the CUDA one has none); FP8 bundles keep V in key
-    # order for it, and a bundle permuted for the CUDA kernel is read through an unpermuted copy
+    # causal windows at d128 / d256 run the CUDA kernel under FA3FP8_KERNEL=cuda (V's keys permuted), the rest the
+    # Triton kernel (V in key order); a bundle in the other kernel's order is read through a reordered copy
     batch, sq, sk, heads, kv_heads, d, causal = shape
     q, k, v = random_qkv(batch, sq, sk, heads, kv_heads, d, torch.bfloat16, "cuda")
     poison_cuda_cache()

@@ -642,13 +642,20 @@ def test_window_tiles_hold_every_visible_key_and_are_whole_only_where_every_row_
                     assert block[:, lo : lo + block_n].all() and lo + block_n <= seqlen_k, (case, m, tile)
 
 
-def test_windows_run_this_kernel_only_where_asked(monkeypatch):
-    # until timed on the GPU, FA3FP8_KERNEL=auto leaves windows to the Triton kernel; =cuda runs them here
+def test_windows_run_this_kernel_where_timed_faster_or_asked(monkeypatch):
+    # FA3FP8_KERNEL=auto runs d128's windows here (timed ahead of the Triton kernel), =cuda d256's too, =triton none;
+    # d64 has no window kernel
+    monkeypatch.setenv("FA3FP8_KERNEL", "auto")
+    assert attention_sm90.serves_windows(128) == cuda_build.available()
+    assert not attention_sm90.serves_windows(256)
+    monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
+    assert attention_sm90.serves_windows(128) == attention_sm90.serves_windows(256) == cuda_build.available()
+    assert not attention_sm90.serves_windows(64)
+    monkeypatch.setenv("FA3FP8_KERNEL", "triton")
+    assert not attention_sm90.serves_windows(128)
+    monkeypatch.setattr(cuda_build, "available", lambda: False)
     monkeypatch.setenv("FA3FP8_KERNEL", "auto")
     assert not attention_sm90.serves_windows(128)
-    monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
-    assert attention_sm90.serves_windows(128) == cuda_build.available()
-    assert not attention_sm90.serves_windows(64)
 
 
 @needs_nvcc
