@@ -360,6 +360,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-3wg-128-fold", False): {"loop": "serial", "consumers": 3, "block_n": 128, "fold": True},
     ("cuda-serial-3wg", False): {"loop": "serial", "consumers": 3},  # d64 only (D64)
     ("cuda-overlap-3wg", False): {"loop": "overlap", "consumers": 3},
+    ("cuda-overlap-3wg-fold", False): {"loop": "overlap", "consumers": 3, "fold": True},  # d64 only (D64)
     ("triton", True): None,
     ("cuda-overlap", True): {"loop": "overlap"},
     ("cuda-serial", True): {"loop": "serial"},
@@ -374,6 +375,7 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-overlap-fold-nosplit", True): {"loop": "overlap", "fold": True, "split": False},
     ("cuda-serial-3wg-fold-nosplit", True): {"loop": "serial", "consumers": 3, "fold": True, "split": False},
     ("cuda-overlap-3wg", True): {"loop": "overlap", "consumers": 3},  # d64 only (D64)
+    ("cuda-overlap-3wg-fold", True): {"loop": "overlap", "consumers": 3, "fold": True},
 }
 D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("cuda-serial-3wg-128", False),
              ("cuda-serial-3wg-128-pairs", False), ("cuda-overlap-128-fold", False),
@@ -381,17 +383,18 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("c
              ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
              ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
-# the kernels at d64 (128-key tiles, one CTA, two or three consumers in either loop; csrc/attn_sm90_d64.cu), and those
-# of them built at d64 alone
-D64 = {(name, fp8) for name in ("triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg")
-       for fp8 in (False, True)}
-D64_ONLY = {("cuda-serial-3wg", False), ("cuda-overlap-3wg", False), ("cuda-overlap-3wg", True)}
+# the kernels at d64 (128-key tiles, one CTA, two or three consumers in either loop, causal folds overlapped;
+# csrc/attn_sm90_d64.cu), and those of them built at d64 alone
+D64 = {(name, fp8) for name in ("triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg",
+                                "cuda-overlap-fold", "cuda-overlap-3wg-fold") for fp8 in (False, True)}
+D64_ONLY = {("cuda-serial-3wg", False), ("cuda-overlap-3wg", False), ("cuda-overlap-3wg", True),
+            ("cuda-overlap-3wg-fold", False), ("cuda-overlap-3wg-fold", True)}
 FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-overlap-nosplit", "cuda-overlap-pairs-nosplit",
              "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
-               "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit")
+               "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit",
+               "cuda-overlap-3wg-fold")
 CUDA_HEAD_DIMS = (64, 128, 256)  # the kernels mode's head dims: those the CUDA kernel is built for
-AUTO_HEAD_DIMS = (128, 256)  # those FA3FP8_KERNEL=auto runs it at (d64 only on request, until timed)
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best
 

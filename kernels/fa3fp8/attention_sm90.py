@@ -382,19 +382,18 @@ def attention_fp8_fwd_sm90(
     cluster=None, fold=False, max_seqlen_k=None, split=True, split_rounds=CAUSAL_SPLIT_ROUNDS, window_left=-1,
 ):
     """Run the FP8 kernel on a packed bundle: q8 (Tq, H, D), k8 (Tk, Hkv, D), v8t (Hkv, D, n_blocks_k * 128) with its
-    keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks), D one of BUILT_HEAD_DIMS. `loop`: "serial"
-    or "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3:
-    d128, serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs
-    per cluster, 1 or 2 (2: 128-key tiles, two consumers overlapped or three, not with `fold` or at d64; None:
-    cluster_for's choice); `fold`: causal attention
-    in persistent CTAs dealt folds (a long and a short row block of one head) instead of one CTA per work tile
-    (128-key tiles, two consumers overlapped or three in order; see SHORT_CAUSAL); `split`: in a persistent launch
-    (no causal mask, or folds of sequences of one length), let the kernel split a last round that would leave CTAs
-    idle along the keys and merge the parts, and in a causal launch of one CTA per work tile that fills at most
-    `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work tiles of its last round;
-    `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in cluster_for's choice;
-    `window_left` >= 0: causal attention in a sliding window of window_left + 1 keys (WINDOW_SETTINGS only, unsplit).
-    Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
+    keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks), D one of BUILT_HEAD_DIMS. `loop`: "serial" or
+    "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
+    serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per
+    cluster, 1 or 2 (2: 128-key tiles, two consumers overlapped or three, not with `fold` or at d64; None: cluster_for's
+    choice); `fold`: causal attention in persistent CTAs dealt folds (a long and a short row block of one head) instead
+    of one CTA per work tile (128-key tiles, two consumers overlapped or three in order; d64: overlapped, two or three;
+    see SHORT_CAUSAL); `split`: in a persistent launch (no causal mask, or folds of sequences of one length), let the
+    kernel split a last round that would leave CTAs idle along the keys and merge the parts, and in a causal launch of
+    one CTA per work tile that fills at most `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work
+    tiles of its last round; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in
+    cluster_for's choice; `window_left` >= 0: causal attention in a sliding window of window_left + 1 keys
+    (WINDOW_SETTINGS only, unsplit). Returns out (Tq, H, D) in out_dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q8.shape
     total_k, kv_heads, _ = k8.shape
     max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k
@@ -428,7 +427,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     cluster, 1 or 2 (2: the overlapped loop on the default tiles, d128's 128-key ones overlapped without a causal
     mask, or three consumers; not with `fold` or at d64; None: cluster_for's choice); `fold`: causal attention in
     persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two consumers overlapped or three in order; 128-key
-    tiles at d128); `split`, `split_rounds`, `max_seqlen_k` and `window_left` as there. Returns out (Tq, H, D) in q's
+    tiles at d128; d64: overlapped, two or three); `split`, `split_rounds`, `max_seqlen_k` and `window_left` as there. Returns out (Tq, H, D) in q's
     dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape

@@ -63,11 +63,13 @@ def test_every_named_kernel_is_a_launcher_setting(bench):
 
 
 def test_kernels_at_d64_are_the_ones_built_there(bench):
-    # d64: 128-key tiles on one CTA, two or three consumers in either loop, and nothing d128's or d256's alone
+    # d64: 128-key tiles on one CTA, two or three consumers in either loop, causal folds overlapped, and nothing d128's
+    # or d256's alone
     for fp8, causal in itertools.product((False, True), (False, True)):
+        folds = {"cuda-overlap-fold", "cuda-overlap-3wg-fold"} if causal else set()
         assert set(bench.kernel_names(fp8, 64, causal)) == {
-            "triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg"}
-        assert "cuda-overlap-3wg" not in bench.kernel_names(fp8, 128, causal)
+            "triton", "cuda-overlap", "cuda-serial", "cuda-serial-3wg", "cuda-overlap-3wg", *folds}
+        assert not {"cuda-overlap-3wg", "cuda-overlap-3wg-fold"} & set(bench.kernel_names(fp8, 128, causal))
         assert not {"cuda-serial-3wg", "cuda-overlap-3wg"} & set(bench.kernel_names(fp8, 256, causal))
     assert "cuda-serial-3wg" not in bench.kernel_names(False, 128, False)  # 16-bit d128's is cuda-serial-3wg-128
     assert bench.kernel_names(False, 64, False, impls=["cuda-serial-3wg"]) == ["triton", "cuda-serial-3wg"]

@@ -66,10 +66,10 @@ def test_builds_every_variant(ptxas_report):
     # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), causal folds (dtype x
     # head dim, overlapped; d128 on 128-key tiles), and three consumers in order (dtype x (alone or paired) x causal,
     # and causal folds: d128, 128-key tiles); sliding windows (attention_sm90.WINDOW_SETTINGS): FP8 x 2 head dims x
-    # output, 16-bit dtype x 2 head dims; d64 (128-key tiles): (FP8 output or 16-bit dtype) x consumers {2, 3} x loop x
-    # causal
+    # output, 16-bit dtype x 2 head dims; d64 (128-key tiles): (FP8 output or 16-bit dtype) x consumers {2, 3} x (loop
+    # x causal, and causal folds overlapped)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 2 * 16
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 4 * 2 * (4 + 1)
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
     # (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
     # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
@@ -115,9 +115,10 @@ def test_default_variants_have_no_spills(ptxas_report):
     # (2 head dims x 2 output dtypes); 16-bit: 2 dtypes x (2 head dims + d128's 128-key tiles) x causal, the pairs
     # (2 dtypes x 2 head dims x causal, and d128's 128-key tiles without a mask), the folds (2 dtypes x 2 head dims)
     # and three consumers (2 dtypes x (alone or paired) x causal, and folds); the windows (FP8 d256 x 2 output
-    # dtypes; 16-bit: 2 dtypes x 2 head dims); d64 (FP8: 2 output dtypes x causal on two consumers overlapped;
-    # 16-bit: 2 dtypes x causal on two consumers overlapped, and three consumers x loop x causal)
-    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5 + 2 + 4 + 2 * 2 + 2 * 2 * (1 + 2)
+    # dtypes; 16-bit: 2 dtypes x 2 head dims); d64 (FP8: 2 output dtypes x (causal, and folds) on two consumers
+    # overlapped; 16-bit: 2 dtypes x (causal x (two consumers overlapped, three consumers x loop), and folds of two and
+    # of three consumers))
+    assert checked == 8 + 4 * 2 + 4 + 12 + 4 * 2 + 2 + 4 + 2 * 5 + 2 + 4 + 2 * (2 + 1) + 2 * (2 * (1 + 2) + 2)
     # the FP8 d128 windows run three consumers in order, like the default causal kernel, and every d64 kernel (O takes
     # 32 registers a thread): no spills either
     for name, text in ptxas_report.items():
@@ -217,7 +218,7 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
     # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
     # pairs without a mask, folds; three consumers: causal, pairs x causal, folds), and the windows on 128-key tiles
     # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes), and every d64 kernel (one panel a row of O)
-    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2 + 2 * 16
+    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2 + 4 * 2 * (4 + 1)
 
 
 @needs_nvcc
@@ -505,14 +506,17 @@ def test_16bit_entry_point_checks_its_settings_before_any_launch():
     tensor maps (-1 on MISALIGNED_Q) before anything launches."""
     entry = entry_16bit
 
-    # d64: 128-key tiles, two or three consumers, either loop, one CTA, no folds or windows
+    # d64: 128-key tiles, two or three consumers, either loop, one CTA, causal folds overlapped, no windows
     for loop, consumers, causal in itertools.product(("serial", "overlap"), (2, 3), (0, 1)):
         assert entry(64, loop, 128, causal=causal, consumers=consumers) == -1, (loop, consumers, causal)
     assert entry(64, "overlap", 176) == -2
     assert entry(64, "overlap", 128, consumers=4) == -2
     assert entry(64, 2, 128) == -2  # no such loop
     assert entry(64, "overlap", 128, cluster=2) == -2
-    assert entry(64, "overlap", 128, causal=1, fold=1) == -2
+    for consumers in (2, 3):
+        assert entry(64, "overlap", 128, causal=1, fold=1, consumers=consumers) == -1, consumers
+        assert entry(64, "overlap", 128, fold=1, consumers=consumers) == -2, consumers  # folds are causal
+        assert entry(64, "serial", 128, causal=1, fold=1, consumers=consumers) == -2, consumers
     assert entry(64, "overlap", 128, causal=1, window_left=7) == -2
     assert entry(64, "overlap", 128, causal=1, split_rounds=0) == -2
     assert entry(128, "overlap", 130) == -2
@@ -556,12 +560,15 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     those it has."""
     entry = entry_fp8
 
-    # d64: 128-key tiles, two or three consumers, either loop, one CTA, no folds or windows
+    # d64: 128-key tiles, two or three consumers, either loop, one CTA, causal folds overlapped, no windows
     for loop, consumers, causal in itertools.product(("serial", "overlap"), (2, 3), (0, 1)):
         assert entry(64, loop, consumers, 128, causal=causal) == -1, (loop, consumers, causal)
     assert entry(64, "overlap", 2, 256) == -2
     assert entry(64, "overlap", 2, 128, cluster=2) == -2
-    assert entry(64, "overlap", 2, 128, causal=1, fold=1) == -2
+    for consumers in (2, 3):
+        assert entry(64, "overlap", consumers, 128, causal=1, fold=1) == -1, consumers
+        assert entry(64, "overlap", consumers, 128, fold=1) == -2, consumers  # folds are causal
+        assert entry(64, "serial", consumers, 128, causal=1, fold=1) == -2, consumers
     assert entry(64, "overlap", 2, 128, causal=1, window_left=7) == -2
     assert entry(256, "serial", 3, 128) == -2  # three consumers: d128 only
     assert entry(128, "overlap", 3, 128) == -2  # three consumers in order only
@@ -902,6 +909,9 @@ D64_CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, c
     ([4000, 3000, 129, 1], [4000, 3000, 129, 1], 16, 4, True),  # more work tiles than SMs
     ([2000, 300, 5], [2000, 0, 64], 16, 4, False),  # persistent CTAs past a sequence's end and over one without keys
 ]
+# d64's launcher settings (loop, consumers, fold): either loop on two or three consumers, and causal folds overlapped
+D64_SETTINGS = [("serial", 2, False), ("overlap", 2, False), ("serial", 3, False), ("overlap", 3, False),
+                ("overlap", 2, True), ("overlap", 3, True)]
 
 
 def _packed(lens, heads, d, gen):
@@ -932,13 +942,16 @@ def test_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, d, causal, 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers", [("serial", 2), ("overlap", 2), ("serial", 3), ("overlap", 3)],
-                         ids=["serial", "overlap", "serial-3wg", "overlap-3wg"])
+@pytest.mark.parametrize("loop,consumers,fold", D64_SETTINGS,
+                         ids=["serial", "overlap", "serial-3wg", "overlap-3wg", "overlap-fold", "overlap-3wg-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal", D64_CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}"
                               f"-{'causal' if c[4] else 'full'}" for c in D64_CASES])
-def test_fp8_d64_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, causal, loop, consumers):
-    assert_fp8_matches_reference(lens_q, lens_k, heads, kv_heads, 64, causal, loop=loop, consumers=consumers)
+def test_fp8_d64_matches_reference_fp8_math(lens_q, lens_k, heads, kv_heads, causal, loop, consumers, fold):
+    if fold and not causal:
+        pytest.skip("folds are of causal row blocks")
+    assert_fp8_matches_reference(lens_q, lens_k, heads, kv_heads, 64, causal, loop=loop, consumers=consumers,
+                                 fold=fold)
 
 
 def assert_fp8_matches_reference(lens_q, lens_k, heads, kv_heads, d, causal, **settings):
@@ -1017,13 +1030,15 @@ def test_16bit_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, d, causal
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("loop,consumers", [("serial", 2), ("overlap", 2), ("serial", 3), ("overlap", 3)],
-                         ids=["serial", "overlap", "serial-3wg", "overlap-3wg"])
+@pytest.mark.parametrize("loop,consumers,fold", D64_SETTINGS,
+                         ids=["serial", "overlap", "serial-3wg", "overlap-3wg", "overlap-fold", "overlap-3wg-fold"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal", D64_CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}"
                               f"-{'causal' if c[4] else 'full'}" for c in D64_CASES])
-def test_16bit_d64_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, causal, dtype, loop, consumers):
+def test_16bit_d64_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, causal, dtype, loop, consumers, fold):
+    if fold and not causal:
+        pytest.skip("folds are of causal row blocks")
     gen = torch.Generator(device="cuda").manual_seed(sum(lens_q) + 64)
     q, cu_q = _packed(lens_q, heads, 64, gen)
     k, cu_k = _packed(lens_k, kv_heads, 64, gen)
@@ -1032,7 +1047,7 @@ def test_16bit_d64_matches_fp64_reference(lens_q, lens_k, heads, kv_heads, causa
     scale = 64**-0.5
     poison_cuda_cache()
     out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu_q, cu_k, max(lens_q), scale, causal, loop=loop,
-                                                 consumers=consumers)
+                                                 consumers=consumers, fold=fold)
     assert_16bit_matches_fp64(out, lse, q, k, v, cu_q, cu_k, scale, causal)
 
 

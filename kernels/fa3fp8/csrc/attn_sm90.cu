@@ -11,7 +11,7 @@ cudaError_t launch_16bit_d256_folds(const Launch& l);
 
 // d64, compiled in a unit of their own (attn_sm90_d64.cu): BF16 and FP16 to their own dtype, FP8 to either
 template <class E, typename OutT>
-cudaError_t launch_d64(bool causal, int loop, int consumers, const Launch& l);
+cudaError_t launch_d64(bool causal, int loop, int consumers, bool fold, const Launch& l);
 
 // FP8: 128-key tiles, and at d128 256-key ones in order (S takes 128 registers per thread: the overlapped loop,
 // which holds the previous tile's P as well, spills and serializes its wgmma). The K/V ring holds as many stages as
@@ -93,12 +93,13 @@ inline bool window_settings(int d, int loop, int consumers, int block_n, int clu
   return settings && cluster == 1 && fold == 0;
 }
 
-// d64 (attn_sm90_d64.cu), FP8 and 16-bit: 128-key tiles, two or three consumers, either loop, one CTA (no pairs or
-// folds), unsplit, no window
-inline bool d64_settings(int loop, int consumers, int block_n, int cluster, int fold, int split_rounds,
+// d64 (attn_sm90_d64.cu), FP8 and 16-bit: 128-key tiles, two or three consumers, either loop, one CTA (no pairs),
+// causal folds on the overlapped loop, unsplit, no window
+inline bool d64_settings(int causal, int loop, int consumers, int block_n, int cluster, int fold, int split_rounds,
                          int window_left) {
   return (loop == SERIAL || loop == OVERLAP) && (consumers == 2 || consumers == 3) && block_n == 128 &&
-         cluster == 1 && fold == 0 && split_rounds >= 1 && window_left == -1;
+         cluster == 1 && (fold == 0 || (fold == 1 && causal && loop == OVERLAP)) && split_rounds >= 1 &&
+         window_left == -1;
 }
 
 template <class E>
@@ -135,7 +136,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
                         int cluster, int fold, void* workspace, long long workspace_bytes, int split_rounds,
                         int window_left, void* stream) {
   if (d == 64) {
-    if (!d64_settings(loop, consumers, block_n, cluster, fold, split_rounds, window_left)) return UNSUPPORTED;
+    if (!d64_settings(causal, loop, consumers, block_n, cluster, fold, split_rounds, window_left))
+      return UNSUPPORTED;
   } else {
     if (window_left < -1 || (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster,
                                                                                 fold, true))))
@@ -167,8 +169,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
   const bool c = causal != 0;
   cudaError_t err;
   if (d == 64)
-    err = out_bf16 ? launch_d64<E4M3, __nv_bfloat16>(c, loop, consumers, l)
-                   : launch_d64<E4M3, __half>(c, loop, consumers, l);
+    err = out_bf16 ? launch_d64<E4M3, __nv_bfloat16>(c, loop, consumers, fold != 0, l)
+                   : launch_d64<E4M3, __half>(c, loop, consumers, fold != 0, l);
   else if (window_left >= 0)
     err = out_bf16 ? launch_fp8_window<__nv_bfloat16>(d, l) : launch_fp8_window<__half>(d, l);
   else if (consumers == 3)
@@ -196,7 +198,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
                     int block_n, int bf16, int cluster, int fold, void* workspace, long long workspace_bytes,
                     int split_rounds, int window_left, void* stream) {
   if (d == 64) {
-    if (!d64_settings(loop, consumers, block_n, cluster, fold, split_rounds, window_left)) return UNSUPPORTED;
+    if (!d64_settings(causal, loop, consumers, block_n, cluster, fold, split_rounds, window_left))
+      return UNSUPPORTED;
   } else {
     if ((d != 128 && d != 256) || split_rounds < 1 || window_left < -1 ||
         (window_left >= 0 && (!causal || !window_settings(d, loop, consumers, block_n, cluster, fold, false))))
@@ -229,8 +232,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
   l.stream = static_cast<cudaStream_t>(stream);
   const bool c = causal != 0;
   if (d == 64)
-    return static_cast<int>(bf16 ? launch_d64<BF16, BF16::Out>(c, loop, consumers, l)
-                                 : launch_d64<FP16, FP16::Out>(c, loop, consumers, l));
+    return static_cast<int>(bf16 ? launch_d64<BF16, BF16::Out>(c, loop, consumers, fold != 0, l)
+                                 : launch_d64<FP16, FP16::Out>(c, loop, consumers, fold != 0, l));
   if (window_left >= 0)
     return static_cast<int>(bf16 ? launch_16bit_window<BF16>(d, l) : launch_16bit_window<FP16>(d, l));
   return static_cast<int>(bf16 ? launch_16bit<BF16>(d, block_n, c, loop, consumers, cluster, fold != 0, l)
