@@ -224,14 +224,14 @@ def serves_windows(d: int) -> bool:
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,
                   equal_lengths: bool = False, launch: tuple[int, int, int] | None = None) -> dict | None:
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
-    attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as
-    the longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers'
-    folds PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING or the
-    queries outnumber the keys), unless `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention
-    without a causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys):
-    (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention whose three
-    consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or FEW_WAVES_SETTINGS,
-    whichever few_waves_time models shorter."""
+    attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as the
+    longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers' folds
+    PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING or the queries
+    outnumber the keys), unless `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention without a
+    causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as
+    many as the keys): (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention
+    whose three consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or
+    FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings
@@ -424,11 +424,11 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
     BUILT_HEAD_DIMS. `loop`: one of LOOPS (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64
     query rows per CTA (3: d128, serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of
     BLOCK_N_16BIT[d] (None: the first; d128's 128 runs the overlapped loop or three consumers); `cluster`: CTAs per
-    cluster, 1 or 2 (2: the overlapped loop on the default tiles, d128's 128-key ones overlapped without a causal
-    mask, or three consumers; not with `fold` or at d64; None: cluster_for's choice); `fold`: causal attention in
-    persistent CTAs dealt folds, as in attention_fp8_fwd_sm90 (two consumers overlapped or three in order; 128-key
-    tiles at d128; d64: overlapped, two or three); `split`, `split_rounds`, `max_seqlen_k` and `window_left` as there. Returns out (Tq, H, D) in q's
-    dtype and lse (H, Tq) fp32."""
+    cluster, 1 or 2 (2: the overlapped loop on the default tiles, d128's 128-key ones overlapped without a causal mask,
+    or three consumers; not with `fold` or at d64; None: cluster_for's choice); `fold`: causal attention in persistent
+    CTAs dealt folds, as in attention_fp8_fwd_sm90 (two consumers overlapped or three in order; 128-key tiles at d128;
+    d64: overlapped, two or three); `split`, `split_rounds`, `max_seqlen_k` and `window_left` as there. Returns out
+    (Tq, H, D) in q's dtype and lse (H, Tq) fp32."""
     total_q, heads, d = q.shape
     total_k, kv_heads, _ = k.shape
     max_seqlen_k = total_k if max_seqlen_k is None else max_seqlen_k
