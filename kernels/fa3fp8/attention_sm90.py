@@ -52,8 +52,14 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # Folds lose at 64K: dealt whole and round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of
 # 132), which the hardware's deal of one CTA per work tile, longest first, avoids. BF16/FP16 d128 folds stay on two
 # consumers overlapped where longer sequences take three in order (session 22, S 4K / 8K: 560 / 593 against three
-# consumers' folds 530 / 586 and three alone 509 / 572).
+# consumers' folds 530 / 586 and three alone 509 / 572). d64 takes folds of its own settings (three consumers
+# overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads, medians of 3 rounds,
+# `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K,
+# PADDED_FOLDS) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
+# (cuDNN FP8 293 / 447).
 SHORT_CAUSAL = {
+    (64, False): {"fold": True},
+    (64, True): {"fold": True},
     (128, False): {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True},
     (256, False): {"fold": True},
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
@@ -67,17 +73,19 @@ SHORT_CAUSAL = {
 # 4096 keys, 64 / 512 / 2048 queries, BF16 55 / 357 / 605 against 154 / 552 / 534, FP8 52 / 384 / 627 against 172 /
 # 644 / 674; FP8 over 16384 keys (equal lengths), 512 / 2048 / 4096 queries 577 / 835 / 881 against 831 / 839 / 867.
 FOLDS_MIN_QUERY_SHARE = 0.25
-# Short causal folds of three consumers (FP8 d128's) take two consumers overlapped instead (PADDED_FOLDS: 128-row
+# Short causal folds of three consumers (FP8 d128's, d64's) take two consumers overlapped instead (PADDED_FOLDS: 128-row
 # blocks, none past the end of a sequence of a multiple of 128 queries) where the longest sequence's queries leave more
-# than this share of their 192-row blocks' rows past its end. TFLOPS, H200, two consumers' folds against three's, by
-# that share: 12.5% (S1K, session 17) 396 against 380; 3.1%: S2K 547 / 508 (session 17), S4K 690 / 688 (session 17),
-# 684 / 690 (session 13), session 31 (`few_queries.py`, 4096 keys, medians of 5, 32 / 8 heads then the bench's 4 x 16)
-# 4096 queries 729 / 694 and 741 / 725, 2048 queries 755 / 627 and 774 / 728; 12.5% (1024 queries over 4096 keys)
-# 738 / 509 and 759 / 651. None: S3K 612 / 688 (session 17); session 34, 3072 queries over 3072 / 4096 keys (32 / 8
-# heads, then 4 x 16) 665 / 715, 745 / 801 and 690 / 745, 760 / 823. 0.8%: S16K 810 / 842 (session 13). More queries
-# than keys (the first rows see none) take two consumers too: session 34, 8192 queries over 3072 keys 530 / 313 and
-# 547 / 324, over 4096 keys (4 x 16) 635 / 451 (`few-queries-nvidia-h200-2026-12-05-session34-*.json`).
-FOLDS_THREE_MAX_PADDING = 0.02
+# than this share (by head dim) of their 192-row blocks' rows past its end. TFLOPS, H200, two consumers' folds against
+# three's, by that share, d64 (session 35, as SHORT_CAUSAL's): 12.5% (S1K) BF16 291 / 258, FP8 273 / 275; 3.1% (S4K)
+# BF16 390 / 405, FP8 428 / 484, so d64's bound lies between the two (not timed there). FP8 d128: 12.5% (S1K, session
+# 17) 396 against 380; 3.1%: S2K 547 / 508 (session 17), S4K 690 / 688 (session 17), 684 / 690 (session 13), session 31
+# (`few_queries.py`, 4096 keys, medians of 5, 32 / 8 heads then the bench's 4 x 16) 4096 queries 729 / 694 and 741 /
+# 725, 2048 queries 755 / 627 and 774 / 728; 12.5% (1024 queries over 4096 keys) 738 / 509 and 759 / 651. None: S3K 612
+# / 688 (session 17); session 34, 3072 queries over 3072 / 4096 keys (32 / 8 heads, then 4 x 16) 665 / 715, 745 / 801
+# and 690 / 745, 760 / 823. 0.8%: S16K 810 / 842 (session 13). More queries than keys (the first rows see none) take two
+# consumers too: session 34, 8192 queries over 3072 keys 530 / 313 and 547 / 324, over 4096 keys (4 x 16) 635 / 451
+# (`few-queries-nvidia-h200-2026-12-05-session34-*.json`).
+FOLDS_THREE_MAX_PADDING = {64: 0.0625, 128: 0.02}
 PADDED_FOLDS = {"loop": "overlap", "consumers": 2}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
 # SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
@@ -203,22 +211,19 @@ WINDOW_SETTINGS = {
 }
 
 
-# Head dims whose causal windows FA3FP8_KERNEL=auto runs on this kernel, where it was timed ahead of the Triton one
-# (FA3FP8_KERNEL=cuda runs every head dim of WINDOW_SETTINGS here). H200, session 34, `benchmarks/window.py` (one
-# sequence, 32 / 8 heads, d128, medians of 3 rounds; `window-nvidia-h200-2026-12-05-session34.json`), TFLOPS of the
-# pairs the window keeps, 16384 / 65536 tokens: window 1024 BF16 435 / 434 against the Triton kernel's 311 / 315, FP8
-# 535 / 557 against 413 / 422; window 4096 BF16 563 / 589 against 456 / 456, FP8 804 / 812 against 628 / 630
-# (FlexAttention BF16 316-408).
-WINDOWS_FASTER = (128,)
-
-
+# Causal sliding windows run this kernel under FA3FP8_KERNEL=auto as under =cuda: at both head dims it was timed
+# ahead of the Triton kernel. H200, `benchmarks/window.py` (one sequence, medians of 3 rounds), TFLOPS of the pairs the
+# window keeps, 16384 / 65536 tokens. d128, 32 / 8 heads (session 34, `window-nvidia-h200-2026-12-05-session34.json`):
+# window 1024 BF16 435 / 434 against the Triton kernel's 311 / 315, FP8 535 / 557 against 413 / 422; window 4096 BF16
+# 563 / 589 against 456 / 456, FP8 804 / 812 against 628 / 630 (FlexAttention BF16 316-408). d256, 16 / 8 heads
+# (session 35, `window-nvidia-h200-2026-12-05-session35-d256.json`): window 1024 BF16 464 / 458 against 387 / 390, FP8
+# 761 / 768 against 512 / 526; window 4096 BF16 594 / 603 against 504 / 508, FP8 1023 / 1012 against 775 / 782
+# (FlexAttention BF16 250-310).
 def serves_windows(d: int) -> bool:
     """True when causal attention in a sliding window at head dim `d` runs this kernel, with WINDOW_SETTINGS: at
-    the head dims of WINDOWS_FASTER under FA3FP8_KERNEL=auto, at every head dim of WINDOW_SETTINGS under
-    FA3FP8_KERNEL=cuda; else the Triton kernel serves windows."""
-    choice = env.kernel()
-    asked = choice == "cuda" or (choice == "auto" and d in WINDOWS_FASTER)
-    return asked and d in HEAD_DIMS and cuda_build.available()
+    its head dims under FA3FP8_KERNEL=auto or cuda, where the library is built or nvcc is there; else the Triton
+    kernel serves windows."""
+    return env.kernel() != "triton" and d in HEAD_DIMS and cuda_build.available()
 
 
 def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None,
@@ -226,7 +231,7 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as the
     longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers' folds
-    PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING or the queries
+    PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING[d] or the queries
     outnumber the keys), unless `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention without a
     causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as
     many as the keys): (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention
@@ -239,12 +244,12 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     if equal_lengths:
         limit = max(limit, EQUAL_LENGTHS_FOLDS_MAX_KEYS.get((d, fp8), 0))
     few_queries = launch is not None and launch[1] < FOLDS_MIN_QUERY_SHARE * max_seqlen_k
-    short_causal = SHORT_CAUSAL.get((d, fp8))  # None where no folds are built (d64)
+    short_causal = SHORT_CAUSAL.get((d, fp8))
     if causal and short_causal is not None and max_seqlen_k <= limit and not few_queries:
         folds = {**settings, **short_causal}
         queries = max_seqlen_k if launch is None else launch[1]
-        padded = queries > max_seqlen_k or rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING
-        if folds.get("consumers") == 3 and padded:
+        if folds.get("consumers") == 3 and (
+                queries > max_seqlen_k or rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING[d]):
             folds.update(PADDED_FOLDS)
         return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:

@@ -27,7 +27,7 @@ def interpreting() -> bool:
 
 def kernel() -> str:
     """`FA3FP8_KERNEL`: which Hopper forward kernel serves. `auto` (default): the CUDA C++ kernel where it measured
-    faster (`attention_sm90.FASTER`, and causal sliding windows at `attention_sm90.WINDOWS_FASTER`'s head dims) and
+    faster (`attention_sm90.FASTER`, and causal sliding windows at d128/d256: `attention_sm90.serves_windows`) and
     nvcc or a built library is there, the Triton kernel otherwise; `triton` (also what the CPU interpreter runs);
     `cuda` (the CUDA C++ kernel at d64/d128/d256, BF16, FP16 and FP8, causal sliding windows included at d128/d256,
     built with nvcc on first use)."""

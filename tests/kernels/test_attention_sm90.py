@@ -304,8 +304,8 @@ def test_auto_settings_are_variants_the_library_builds():
 
 def test_short_causal_attention_takes_folds():
     limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
-    for d, fp8 in itertools.product(attention_sm90.HEAD_DIMS, (False, True)):
-        for keys in (3072, limit):  # whole or nearly whole 192-row blocks (FP8 d128's three consumers)
+    for d, fp8 in itertools.product(attention_sm90.BUILT_HEAD_DIMS, (False, True)):
+        for keys in (3072, limit):  # whole or nearly whole 192-row blocks (three consumers: FP8 d128, d64)
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
                 **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8, keys)
         for causal, keys in [(True, limit + 1), (True, None), (False, attention_sm90.SHORT_FULL_MAX_KEYS + 1)]:
@@ -358,6 +358,15 @@ def test_short_causal_fp8_d128_folds_take_two_consumers_where_three_would_pad():
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
                 **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8)
     assert attention_sm90.best_settings(128, True, False, 1024)["consumers"] == 3  # without a mask three lead
+
+
+def test_short_causal_d64_folds_take_two_consumers_where_three_would_pad_more_than_a_sixteenth():
+    # d64's three consumers' folds lead at 3.1% padding (4096 keys) where FP8 d128's lose; 12.5% (1024) goes to two
+    for fp8 in (False, True):
+        for keys, consumers in [(512, 2), (1024, 2), (1280, 3), (2048, 3), (4096, 3), (8192, 3)]:  # 12.5% .. 0.8%
+            settings = attention_sm90.best_settings(64, fp8, True, keys)
+            assert settings == {"loop": "overlap", "consumers": consumers, "fold": True}, (fp8, keys)
+        assert attention_sm90.best_settings(64, fp8, True, 3072, launch=(32, 6144, 132))["consumers"] == 2
 
 
 def test_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
@@ -458,17 +467,22 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
 
 @needs_nvcc
 def test_d64_runs_three_consumers_overlapped_on_settings_it_builds():
-    # FASTER's d64 entry at every length and mask (no folds, pairs or short-key settings at d64), and the launchers'
-    # defaults (FA3FP8_KERNEL=cuda without best settings) are built too; windows at d64 stay on the Triton kernel
-    for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 65536)):
+    # FASTER's d64 entry (no pairs or short-key settings without a mask at d64), short causal attention in folds (two
+    # consumers where 192-row blocks pass 1024 queries by 12.5%, three over 4096), and the launchers' defaults
+    # (FA3FP8_KERNEL=cuda without best settings) are built too; windows at d64 stay on the Triton kernel
+    three = {"loop": "overlap", "consumers": 3}
+    for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 4096, 65536)):
         settings = attention_sm90.best_settings(64, fp8, causal, keys)
-        assert settings == {"loop": "overlap", "consumers": 3}, (fp8, causal, keys)
+        fold = causal and keys in (1024, 4096)
+        consumers = 2 if fold and keys == 1024 else 3
+        assert settings == ({**three, "consumers": consumers, "fold": True} if fold else three), (fp8, causal, keys)
         block_n = attention_sm90.KV_BLOCK if fp8 else attention_sm90.BLOCK_N_16BIT[64][0]
-        assert attention_sm90.cluster_for(64, fp8, "overlap", 3, block_n, causal=causal, max_seqlen_k=keys) == 1
+        assert attention_sm90.cluster_for(64, fp8, "overlap", consumers, block_n, fold, causal=causal,
+                                          max_seqlen_k=keys) == 1
         if fp8:
-            assert entry_fp8(64, "overlap", 3, block_n, causal=int(causal)) == -1
+            assert entry_fp8(64, "overlap", consumers, block_n, causal=int(causal), fold=int(fold)) == -1
         else:
-            assert entry_16bit(64, "overlap", block_n, causal=int(causal), consumers=3) == -1
+            assert entry_16bit(64, "overlap", block_n, causal=int(causal), fold=int(fold), consumers=consumers) == -1
     assert not attention_sm90.serves_windows(64)
     loop, block_n = attention_sm90.LOOP[(64, False)], attention_sm90.BLOCK_N_16BIT[64][0]
     cluster = attention_sm90.cluster_for(64, False, loop, 2, block_n)
@@ -480,9 +494,9 @@ def test_d64_runs_three_consumers_overlapped_on_settings_it_builds():
 
 
 def test_a_head_dim_without_folds_keeps_its_settings_over_short_causal_keys(monkeypatch):
-    # d64 builds no folds (SHORT_CAUSAL has no entry): a FASTER entry for it serves short causal attention as it is
+    # where SHORT_CAUSAL has no entry, the FASTER entry serves short causal attention as it is
     settings = {"loop": "overlap", "consumers": 3}
-    monkeypatch.setitem(attention_sm90.FASTER, (64, False, True), settings)
+    monkeypatch.delitem(attention_sm90.SHORT_CAUSAL, (64, False))
     assert attention_sm90.best_settings(64, False, True, 4096, launch=(64, 4096, 132)) == settings
     assert attention_sm90.best_settings(64, False, True, 4096, equal_lengths=True) == settings
 
@@ -649,20 +663,17 @@ def test_window_tiles_hold_every_visible_key_and_are_whole_only_where_every_row_
                     assert block[:, lo : lo + block_n].all() and lo + block_n <= seqlen_k, (case, m, tile)
 
 
-def test_windows_run_this_kernel_where_timed_faster_or_asked(monkeypatch):
-    # FA3FP8_KERNEL=auto runs d128's windows here (timed ahead of the Triton kernel), =cuda d256's too, =triton none;
-    # d64 has no window kernel
-    monkeypatch.setenv("FA3FP8_KERNEL", "auto")
-    assert attention_sm90.serves_windows(128) == cuda_build.available()
-    assert not attention_sm90.serves_windows(256)
-    monkeypatch.setenv("FA3FP8_KERNEL", "cuda")
-    assert attention_sm90.serves_windows(128) == attention_sm90.serves_windows(256) == cuda_build.available()
-    assert not attention_sm90.serves_windows(64)
-    monkeypatch.setenv("FA3FP8_KERNEL", "triton")
-    assert not attention_sm90.serves_windows(128)
+def test_windows_run_this_kernel_at_its_head_dims_unless_the_triton_kernel_is_asked(monkeypatch):
+    # FA3FP8_KERNEL=auto and =cuda run d128's and d256's windows here (timed ahead of the Triton kernel), =triton
+    # none; d64 has no window kernel, and without the library the Triton kernel serves them all
+    monkeypatch.setattr(cuda_build, "available", lambda: True)
+    for choice, served in [("auto", True), ("cuda", True), ("triton", False)]:
+        monkeypatch.setenv("FA3FP8_KERNEL", choice)
+        assert attention_sm90.serves_windows(128) is attention_sm90.serves_windows(256) is served, choice
+        assert not attention_sm90.serves_windows(64)
     monkeypatch.setattr(cuda_build, "available", lambda: False)
     monkeypatch.setenv("FA3FP8_KERNEL", "auto")
-    assert not attention_sm90.serves_windows(128)
+    assert not attention_sm90.serves_windows(128) and not attention_sm90.serves_windows(256)
 
 
 @needs_nvcc
