@@ -435,7 +435,8 @@ def _window(window_size, causal: bool, max_seqlen_q: int, max_seqlen_k: int) -> 
 def _dense_cu_seqlens(batch: int, seqlen: int, device) -> torch.Tensor:
     """cu_seqlens of `batch` sequences of `seqlen` tokens, made once per (batch, seqlen, device) and shared read-only
     (made anew, the arange on the GPU cost ~20 us of host time per call on the H200, twice per dense attention or
-    quantize_qkv call); anew while torch.compile traces or a CUDA graph captures, whose tensors must not outlive them."""
+    quantize_qkv call); anew while torch.compile traces or a CUDA graph captures, whose tensors must not outlive
+    them."""
     device = torch.device(device)
     if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         return _arange_cu_seqlens(batch, seqlen, device)
