@@ -56,7 +56,8 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads, medians of 3 rounds,
 # `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K,
 # PADDED_FOLDS) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
-# (cuDNN FP8 293 / 447).
+# (cuDNN FP8 293 / 447); at S8K / S16K (`...-session35-d64-8k-16k.json`) level or ahead: BF16 461 / 486 against
+# 458 / 485, FP8 534 / 583 against 525 / 577.
 SHORT_CAUSAL = {
     (64, False): {"fold": True},
     (64, True): {"fold": True},
