@@ -11,7 +11,7 @@ tile j runs while the tensor cores work. FP8 takes the quantized bundle of `quan
 blocks, 64- or 128-row Q blocks, V key-permuted) and reads K/V tiles of one or two blocks (`block_n`); BF16/FP16
 take packed Q, K, V as they are. A persistent launch (no causal mask, or folds of sequences of one length) whose last
 round would leave CTAs idle splits that round's work tiles along the keys over every CTA and merges the parts in a
-second kernel (`split`; SPLITS_TAIL); so does a causal launch of fewer work tiles than SMs (a few queries over a long
+second kernel (`split`; splits_tail); so does a causal launch of fewer work tiles than SMs (a few queries over a long
 context: a chunked prefill's last chunk, draft tokens), all of its work tiles, and one of up to `split_rounds` rounds
 its last round's. Causal attention in a sliding window (`window_left`) runs one CTA per work tile from each work
 tile's first window key on (WINDOW_SETTINGS).
@@ -159,13 +159,6 @@ CLUSTER = {(64, False): 1, (128, False): 2, (256, False): 1, (64, True): 1, (128
 # mask, 5 rounds: S2K (11 blocks of 192 rows) alone 751 TFLOPS against paired 704; S1K (6 blocks) 618 / 611 and S4K
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
-# (head dim, fp8) whose kernels may split their work along the keys (`split`; csrc/attn_sm90.cuh's splits_tail and
-# plan_split): BF16/FP16 d256 does not (its kernel without a causal mask ran 11-13% slower with the split's code in it;
-# session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12, TFLOPS,
-# S 4K / 16K / 64K, this build against session 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671
-# against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242
-# against 1192 / 1218 at 16K / 64K.
-SPLITS_TAIL = {(128, False), (128, True), (256, True)}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cuh's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -277,8 +270,8 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
     """Modeled time of a causal launch of one CTA per work tile with these settings, where its work tiles are about
     equally long (a few queries over a long context; `launch` as in best_settings), in query rows that a CTA computes
     over all the keys: a work tile's rows times the rounds of the SMs that the work tiles fill, the last one over the
-    parts that the kernel splits its work tiles into (causal_split, as for sequences of one length); three consumers
-    are THREE_CONSUMER_SPEED times as fast per row."""
+    parts that the kernel splits its work tiles into where it splits (causal_split, as for sequences of one length;
+    splits_tail); three consumers are THREE_CONSUMER_SPEED times as fast per row."""
     sequences_x_heads, max_seqlen_q, sms = launch
     consumers = settings.get("consumers", 2)
     block_m = WG_ROWS * consumers
@@ -289,7 +282,8 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
     m_blocks = row_blocks(max_seqlen_q, block_m * cluster) * cluster
     units, shares = sequences_x_heads * m_blocks // cluster, sms // cluster
     parts = 0
-    if cuda_build.available():  # without the library no CUDA kernel runs, and any answer serves
+    # without the library no CUDA kernel runs, and any answer serves; kernels that do not split run whole rounds
+    if cuda_build.available() and splits_tail(d, fp8):
         parts = cuda_build.load().fa3fp8_causal_split(
             units * cluster, m_blocks, shares, cluster, settings.get("split_rounds", CAUSAL_SPLIT_ROUNDS), block_m,
             block_n, max_seqlen_q, max_seqlen_k, 1, ctypes.byref(ctypes.c_int()))
@@ -360,11 +354,21 @@ def _outputs(q, total_k, batch, out_dtype):
     return out, lse, False
 
 
+def splits_tail(d: int, fp8: bool) -> bool:
+    """True where the library's kernels at (d, fp8) may split their work along the keys (`split`; csrc/attn_sm90.cuh's
+    splits_tail and plan_split): all but BF16/FP16 d256 (its kernel without a causal mask ran 11-13% slower with the
+    split's code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md) and d64 (unless
+    built with FA3FP8_D64_SPLIT, not yet timed). H200, session 12, TFLOPS, S 4K / 16K / 64K, the split against session
+    11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three
+    consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K."""
+    return bool(cuda_build.load().fa3fp8_splits_tail(d, int(fp8)))
+
+
 def _split_workspace(device, d: int, fp8: bool, block_m: int, fold: bool, split: bool) -> torch.Tensor:
     """The workspace where a launch may split its work along the keys (csrc/attn_sm90.cuh, plan_split), as many bytes
     as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty (a null pointer: never split) for kernels that
-    do not split (SPLITS_TAIL) and when `split` is off."""
-    if not split or (d, fp8) not in SPLITS_TAIL:
+    do not split (splits_tail) and when `split` is off."""
+    if not split or not splits_tail(d, fp8):
         return torch.empty(0, dtype=torch.uint8, device=device)
     size = cuda_build.load().fa3fp8_split_workspace_bytes(sm_count(device), block_m, d, int(fold))
     return torch.empty(size, dtype=torch.uint8, device=device)

@@ -122,6 +122,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_attn_fwd.argtypes = [p] * 7 + [i] * 8 + [f] + [i] * 7 + [p, i64, i, i, p]
     lib.fa3fp8_error_string.restype = ctypes.c_char_p
     lib.fa3fp8_error_string.argtypes = [i]
+    lib.fa3fp8_splits_tail.restype = i
+    lib.fa3fp8_splits_tail.argtypes = [i] * 2
     lib.fa3fp8_split_workspace_bytes.restype = i64
     lib.fa3fp8_split_workspace_bytes.argtypes = [i] * 4
     lib.fa3fp8_split_units.restype = i

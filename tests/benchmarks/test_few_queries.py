@@ -43,6 +43,19 @@ def test_settings_are_two_and_three_consumers_alone_paired_in_folds_unsplit_and_
         assert short.items() <= few.SETTINGS[fp8][name].items(), fp8
 
 
+def test_d64_settings_are_what_the_d64_unit_builds_split_unsplit_and_in_folds(few):
+    # two and three consumers overlapped, each unsplit and in folds; the API's short-causal and few-wave choices
+    named = few.settings_for(64, False)
+    assert named is few.settings_for(64, True) is few.D64_SETTINGS and few.settings_for(128, True) is few.SETTINGS[True]
+    assert set(named) == {"two", "two-unsplit", "two-folds", "three", "three-unsplit", "three-folds"}
+    for name, extra in named.items():
+        assert extra["loop"] == "overlap" and extra["consumers"] == (3 if name.startswith("three") else 2)
+        assert extra.get("split", True) == (not name.endswith("-unsplit")), name
+    for fp8 in (False, True):
+        assert attention_sm90.best_settings(64, fp8, True, 4096).items() <= named["three-folds"].items()
+        assert few.api_settings(fp8, 1, 131072, 132, d=64) in (named["two"], named["three"])
+
+
 def test_summary_names_the_fastest_setting_and_the_apis_rate_against_it(few):
     rows = [dict(impl=impl, dtype="fp8", queries=640, keys=131072, tflops=tflops)
             for impl, tflops in [("fa3fp8", 600.0), ("cuda-two-auto", 600.0), ("cuda-two-split1", 750.0),

@@ -71,16 +71,18 @@ def test_builds_every_variant(ptxas_report):
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
     assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 4 * 2 * (4 + 1)
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
-    # (attention_sm90.SPLITS_TAIL; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
+    # (attention_sm90.splits_tail; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
     # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
-    # d128 on FP8 d128's), x output dtype
+    # d128 on FP8 d128's), x output dtype; d64 none (built unsplit by default)
     merges = [name for name in ptxas_report if "merge_segments" in name]
     assert len(merges) == (9 + 9 + 3) * 2 and len(merges) + len(kernels) == len(ptxas_report)
     # the Python launcher allocates a workspace for exactly these: (head dim, fp8) -> a merge only its tiles have
     only_theirs = {(128, False): "Li128ELi128ELi176E", (256, False): "Li256ELi128ELi80E",
-                   (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E"}
-    for key, tiles in only_theirs.items():
-        assert any(tiles in name for name in merges) == (key in attention_sm90.SPLITS_TAIL), key
+                   (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E",
+                   (64, False): "merge_segmentsILi64E", (64, True): "merge_segmentsILi64E"}
+    for (d, fp8), tiles in only_theirs.items():
+        assert any(tiles in name for name in merges) == attention_sm90.splits_tail(d, fp8), (d, fp8)
+    assert not attention_sm90.splits_tail(64, False)
     for name in merges:  # at most the register that 1 / sum's slow path saves around its call
         assert int(re.search(r"(\d+) bytes spill stores", ptxas_report[name]).group(1)) <= 4, name
 
@@ -439,6 +441,14 @@ def test_few_waves_time_counts_the_rows_a_cta_computes_over_all_keys():
     # short keys: parts that would save too little are not made
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=2048) == 128 / 4
     assert attention_sm90.few_waves_time(two, 128, True, (32, 1, 132), max_seqlen_k=1024) == 128
+
+
+@needs_nvcc
+def test_few_waves_time_counts_whole_rounds_where_the_kernel_does_not_split(monkeypatch):
+    two = attention_sm90.FEW_WAVES_SETTINGS
+    for splits, rows in [(True, 128 / 4), (False, 128)]:  # one query per head: 32 work tiles, in 4 parts or whole
+        monkeypatch.setattr(attention_sm90, "splits_tail", lambda d, fp8, splits=splits: splits)
+        assert attention_sm90.few_waves_time(two, 64, False, (32, 1, 132), max_seqlen_k=131072) == rows, splits
 
 
 def test_equal_length_fp8_d128_causal_attention_takes_folds_to_16k():
@@ -1181,7 +1191,31 @@ def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads,
     # keys; causal over more rounds (split_rounds): 32 heads of 5 row blocks of 128, 160 work tiles, the last 28 in 4
     # parts, and of 10 in pairs, 160 pairs, the last 28 (on 66 pairs) in 2. Split along the keys and merged, the
     # output moves by rounding only (and does move: the split ran)
-    d = 128
+    assert_split_changes_only_rounding(128, lens_q, lens_k, heads, kv_heads, causal, settings)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal,settings",
+                         [([2048], [6000], 9, 3, False, {"loop": "overlap", "consumers": 3}),
+                          ([6000], [6000], 12, 4, True, {"loop": "overlap", "consumers": 3, "fold": True}),
+                          ([4000], [4000], 4, 2, True, {"loop": "overlap", "consumers": 2, "fold": True}),
+                          ([100, 40], [20000, 9000], 16, 2, True, {}),
+                          ([1280], [20000], 32, 8, True, {"split_rounds": 3})],
+                         ids=["full", "folds", "two-consumer-folds", "causal", "causal-last-round"])
+def test_d64_split_changes_only_rounding(lens_q, lens_k, heads, kv_heads, causal, settings):
+    # d64 built with FA3FP8_D64_SPLIT (the build kernel_ab times against the default): 9 heads of 11 row blocks of
+    # 192 without a mask (99 CTAs); causal folds of three consumers, 12 heads of 16 folds (1.45 rounds), and of two,
+    # 4 heads of 16 (64 folds of 33 key tiles); on two consumers, a few queries over long keys (32 row blocks, each in
+    # parts) and 32 heads of 10 row blocks of 128 (320 work tiles, the last 56 in parts)
+    if not attention_sm90.splits_tail(64, False):
+        pytest.skip("d64 built unsplit (FA3FP8_D64_SPLIT=0, the default)")
+    assert_split_changes_only_rounding(64, lens_q, lens_k, heads, kv_heads, causal, settings)
+
+
+def assert_split_changes_only_rounding(d, lens_q, lens_k, heads, kv_heads, causal, settings):
+    """BF16 attention at head dim d with these launcher settings, split and not: the outputs differ (the split ran)
+    by rounding only."""
     gen = torch.Generator(device="cuda").manual_seed(d)
     q, cu_q = _packed(lens_q, heads, d, gen)
     k, cu_k = _packed(lens_k, kv_heads, d, gen)

@@ -242,6 +242,13 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
 
 const char* fa3fp8_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
+// 1 where the kernels of head dim d (FP8, else BF16/FP16) may split their work along the keys (splits_tail): the
+// Python launcher allocates the split's workspace for those only.
+int fa3fp8_splits_tail(int d, int fp8) {
+  if (fp8) return d == 64 ? splits_tail<E4M3, 64>() : d == 128 ? splits_tail<E4M3, 128>() : splits_tail<E4M3, 256>();
+  return d == 64 ? splits_tail<BF16, 64>() : d == 128 ? splits_tail<BF16, 128>() : splits_tail<BF16, 256>();
+}
+
 // The tail split's workspace size, which the Python launcher allocates.
 long long fa3fp8_split_workspace_bytes(int ctas, int block_m, int d, int fold) {
   return split_workspace_bytes(ctas, block_m, d, fold != 0);

@@ -719,12 +719,19 @@ __host__ __device__ constexpr int staged_o_bytes() {
   return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
+// FA3FP8_D64_SPLIT=1 (an experiment's switch, FA3FP8_NVCC_FLAGS) builds d64's kernels with the split too, for
+// benchmarks/kernel_ab.py to time against the default library before they take it.
+#ifndef FA3FP8_D64_SPLIT
+#define FA3FP8_D64_SPLIT 0
+#endif
+
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
 // causal mask ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session 20): ptxas then
-// schedules its loop differently, with ~50 more register moves per tile; and d64's (attn_sm90_d64.cu), built unsplit.
+// schedules its loop differently, with ~50 more register moves per tile; and d64's (attn_sm90_d64.cu), built unsplit
+// unless FA3FP8_D64_SPLIT. The launcher asks fa3fp8_splits_tail before it allocates the split's workspace.
 template <class E, int D>
 __host__ __device__ constexpr bool splits_tail() {
-  return D == 128 || (E::FP8 && D == 256);
+  return D == 128 || (E::FP8 && D == 256) || (D == 64 && FA3FP8_D64_SPLIT);
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
@@ -1162,6 +1169,12 @@ __host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int
   last = ((unit + 1) * n * shares - 1) / total;
 }
 
+// acc[0..] += w x the components of v
+__device__ __forceinline__ void add_scaled(float* acc, float w, float4 v) {
+  acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+}
+__device__ __forceinline__ void add_scaled(float* acc, float w, float2 v) { acc[0] += w * v.x, acc[1] += w * v.y; }
+
 // The tail split's output: a CTA per MERGE_ROWS rows of a split work tile, a warp per row. The first warp lists the
 // workspace slots of the segments of the tile's unit (FOLD: of its piece of the fold; causal: its parts); each row's
 // O is then its segments' O weighted by exp(lse_s - lse), where lse = log sum exp(lse_s), and every lane reads its
@@ -1169,6 +1182,8 @@ __host__ __device__ __forceinline__ void unit_shares(const TailSplit& split, int
 template <int D, int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, typename OutT>
 __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p, const TailSplit split) {
   constexpr int COLS = D / 32;
+  using Cols = std::conditional_t<COLS % 4 == 0, float4, float2>;  // a lane's loads: d64's 2 columns are one float2
+  constexpr int VEC = sizeof(Cols) / sizeof(float);
   constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
@@ -1222,13 +1237,10 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
 #pragma unroll 4
     for (int k = 0; k < min(32, n - base); ++k) {
       const float w = __shfl_sync(0xffffffff, w_lane, k);
-      const float4* o = reinterpret_cast<const float4*>(
+      const Cols* o = reinterpret_cast<const Cols*>(
           split.o + ((size_t)slots[base + k] * BLOCK_M + r) * D + lane * COLS);
 #pragma unroll
-      for (int c4 = 0; c4 < COLS / 4; ++c4) {
-        const float4 v = o[c4];
-        acc[4 * c4] += w * v.x, acc[4 * c4 + 1] += w * v.y, acc[4 * c4 + 2] += w * v.z, acc[4 * c4 + 3] += w * v.w;
-      }
+      for (int c = 0; c < COLS / VEC; ++c) add_scaled(acc + VEC * c, w, o[c]);
     }
   }
 #pragma unroll
