@@ -921,7 +921,7 @@ def assert_16bit_matches_fp64(out, lse, q, k, v, cu_q, cu_k, scale, causal):
     assert (out[masked.T] == 0).all()  # rows that see no key are zeros
 
 
-D64_CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, causal (d64: one CTA, never split)
+D64_CASES = [  # lengths of q and k per batch entry, heads, kv_heads, causal (d64: no pairs; split only with the switch)
     ([1000, 1000], [1000, 1000], 8, 2, True),
     ([1, 17, 300, 1024, 777], [1, 17, 300, 1024, 777], 8, 2, False),
     ([100, 64], [1000, 700], 8, 1, True),  # chunked prefill: bottom-right alignment
