@@ -6,7 +6,9 @@
 # tokenizer: e2e.py's --tokenizer and the encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`).
 # Where nvcc is, .whl/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
 # building it on the GPU machine (~40 s of each fresh machine's time); `--lib` rebuilds only that library, after a
-# change to kernels/fa3fp8/csrc. Needs the dev environment (`bash scripts/setup.sh --dev`) and the package index.
+# change to kernels/fa3fp8/csrc, and `--ab FLAGS` builds the library of a build switch (nvcc options FLAGS) into
+# .whl/ab, where `AB_FLAGS=FLAGS bash benchmarks/gpu_check.sh ab` looks for it. Needs the dev environment
+# (`bash scripts/setup.sh --dev`) and, but for --lib and --ab, the package index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
@@ -16,6 +18,12 @@ build_library() {
 }
 if [[ "${1:-}" == "--lib" ]]; then
     build_library
+    exit
+fi
+if [[ "${1:-}" == "--ab" ]]; then
+    rm -rf .whl/ab
+    FA3FP8_NVCC_FLAGS="${2:?--ab takes the nvcc options of the build to try}" PYTHONPATH=kernels \
+        "$python" -m fa3fp8.cuda_build .whl/ab
     exit
 fi
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
