@@ -30,7 +30,8 @@ WG_ROWS = 64  # query rows per consumer warpgroup: a CTA takes WG_ROWS x consume
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 # The head dims this kernel is built for, FP8 and BF16/FP16: also d64 (csrc/attn_sm90_d64.cu: 128-key tiles, two or
-# three consumers, either loop, one CTA per work tile or persistent, no pairs, folds, split or windows; FASTER below).
+# three consumers, either loop, one CTA per work tile or persistent, causal folds overlapped, no pairs or windows, no
+# split unless built with FA3FP8_D64_SPLIT; FASTER below).
 BUILT_HEAD_DIMS = (64, *HEAD_DIMS)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
 # leave 176-key tiles a large masked remainder)
