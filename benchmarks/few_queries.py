@@ -66,8 +66,7 @@ SETTINGS = {
            "three-split1": {"loop": "serial", "consumers": 3, "split_rounds": 1}},
 }
 # d64's settings, BF16/FP16 and FP8 alike (csrc/attn_sm90_d64.cu: overlapped, one CTA per work tile or folds, no
-# pairs): two and three consumers, split along the keys where the library splits d64 (fa3fp8_splits_tail; built with
-# FA3FP8_D64_SPLIT) and not, and in folds
+# pairs): two and three consumers, split along the keys and not, and in folds
 D64_SETTINGS = {f"{name}{variant}": {"loop": "overlap", "consumers": consumers, **extra}
                 for name, consumers in (("two", 2), ("three", 3))
                 for variant, extra in (("", {}), ("-unsplit", {"split": False}), ("-folds", {"fold": True}))}

@@ -30,8 +30,8 @@ WG_ROWS = 64  # query rows per consumer warpgroup: a CTA takes WG_ROWS x consume
 FP8_BLOCK_N = (128, 256)  # keys per FP8 K/V tile: one or two quantization blocks (256: d128, two consumers, serial)
 HEAD_DIMS = (128, 256)
 # The head dims this kernel is built for, FP8 and BF16/FP16: also d64 (csrc/attn_sm90_d64.cu: 128-key tiles, two or
-# three consumers, either loop, one CTA per work tile or persistent, causal folds overlapped, no pairs or windows, no
-# split unless built with FA3FP8_D64_SPLIT; FASTER below).
+# three consumers, either loop, one CTA per work tile or persistent, causal folds overlapped, split along the keys,
+# no pairs or windows; FASTER below).
 BUILT_HEAD_DIMS = (64, *HEAD_DIMS)
 # head dim -> keys per BF16/FP16 K/V tile, the default first (128 at d128: the overlapped loop only, for lengths that
 # leave 176-key tiles a large masked remainder)
@@ -358,10 +358,12 @@ def _outputs(q, total_k, batch, out_dtype):
 def splits_tail(d: int, fp8: bool) -> bool:
     """True where the library's kernels at (d, fp8) may split their work along the keys (`split`; csrc/attn_sm90.cuh's
     splits_tail and plan_split): all but BF16/FP16 d256 (its kernel without a causal mask ran 11-13% slower with the
-    split's code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md) and d64 (unless
-    built with FA3FP8_D64_SPLIT, not yet timed). H200, session 12, TFLOPS, S 4K / 16K / 64K, the split against session
-    11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 / 671 against 590 / 643 / 663; FP8 d128 three
-    consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242 against 1192 / 1218 at 16K / 64K."""
+    split's code in it; session 22's split tail in a launch of its own was level: kernels/NOTES.md). H200, session 12,
+    TFLOPS, S 4K / 16K / 64K, the split against session 11's kernels, alternating rounds: BF16 d128 pairs 598 / 655 /
+    671 against 590 / 643 / 663; FP8 d128 three consumers in pairs 914 against 892 at 16K; FP8 d256 pairs 1201 / 1242
+    against 1192 / 1218 at 16K / 64K. d64 (H100, session 36, `benchmarks/kernel_ab.py`, the build with the split
+    against the one without): S 4K / 16K without a mask BF16 489 / 520 against 466 / 502, FP8 613 / 668 against 601 /
+    652; causal (S 1K / 4K folds, 16K one CTA per work tile) within 1.2% either way."""
     return bool(cuda_build.load().fa3fp8_splits_tail(d, int(fp8)))
 
 

@@ -73,16 +73,15 @@ def test_builds_every_variant(ptxas_report):
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
     # (attention_sm90.splits_tail; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
     # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
-    # d128 on FP8 d128's), x output dtype; d64 none (built unsplit by default)
+    # d128 on FP8 d128's; d64's 128 and 192 rows x (full, causal, folds), FP8's and 16-bit's alike), x output dtype
     merges = [name for name in ptxas_report if "merge_segments" in name]
-    assert len(merges) == (9 + 9 + 3) * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert len(merges) == (9 + 9 + 3 + 6) * 2 and len(merges) + len(kernels) == len(ptxas_report)
     # the Python launcher allocates a workspace for exactly these: (head dim, fp8) -> a merge only its tiles have
     only_theirs = {(128, False): "Li128ELi128ELi176E", (256, False): "Li256ELi128ELi80E",
                    (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E",
                    (64, False): "merge_segmentsILi64E", (64, True): "merge_segmentsILi64E"}
     for (d, fp8), tiles in only_theirs.items():
         assert any(tiles in name for name in merges) == attention_sm90.splits_tail(d, fp8), (d, fp8)
-    assert not attention_sm90.splits_tail(64, False)
     for name in merges:  # at most the register that 1 / sum's slow path saves around its call
         assert int(re.search(r"(\d+) bytes spill stores", ptxas_report[name]).group(1)) <= 4, name
 
@@ -1204,12 +1203,10 @@ def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads,
                           ([1280], [20000], 32, 8, True, {"split_rounds": 3})],
                          ids=["full", "folds", "two-consumer-folds", "causal", "causal-last-round"])
 def test_d64_split_changes_only_rounding(lens_q, lens_k, heads, kv_heads, causal, settings):
-    # d64 built with FA3FP8_D64_SPLIT (the build kernel_ab times against the default): 9 heads of 11 row blocks of
-    # 192 without a mask (99 CTAs); causal folds of three consumers, 12 heads of 16 folds (1.45 rounds), and of two,
-    # 4 heads of 16 (64 folds of 33 key tiles); on two consumers, a few queries over long keys (32 row blocks, each in
-    # parts) and 32 heads of 10 row blocks of 128 (320 work tiles, the last 56 in parts)
-    if not attention_sm90.splits_tail(64, False):
-        pytest.skip("d64 built unsplit (FA3FP8_D64_SPLIT=0, the default)")
+    # d64: 9 heads of 11 row blocks of 192 without a mask (99 CTAs); causal folds of three consumers, 12 heads of 16
+    # folds (1.45 rounds), and of two, 4 heads of 16 (64 folds of 33 key tiles); on two consumers, a few queries over
+    # long keys (32 row blocks, each in parts) and 32 heads of 10 row blocks of 128 (320 work tiles, the last 56 in
+    # parts)
     assert_split_changes_only_rounding(64, lens_q, lens_k, heads, kv_heads, causal, settings)
 
 

@@ -719,19 +719,13 @@ __host__ __device__ constexpr int staged_o_bytes() {
   return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
-// FA3FP8_D64_SPLIT=1 (an experiment's switch, FA3FP8_NVCC_FLAGS) builds d64's kernels with the split too, for
-// benchmarks/kernel_ab.py to time against the default library before they take it.
-#ifndef FA3FP8_D64_SPLIT
-#define FA3FP8_D64_SPLIT 0
-#endif
-
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
 // causal mask ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session 20): ptxas then
-// schedules its loop differently, with ~50 more register moves per tile; and d64's (attn_sm90_d64.cu), built unsplit
-// unless FA3FP8_D64_SPLIT. The launcher asks fa3fp8_splits_tail before it allocates the split's workspace.
+// schedules its loop differently, with ~50 more register moves per tile. The launcher asks fa3fp8_splits_tail before
+// it allocates the split's workspace.
 template <class E, int D>
 __host__ __device__ constexpr bool splits_tail() {
-  return D == 128 || (E::FP8 && D == 256) || (D == 64 && FA3FP8_D64_SPLIT);
+  return D == 64 || D == 128 || (E::FP8 && D == 256);
 }
 
 // Work item w of this CTA's loop: work tile w before split.from; after it, segment x = w - split.from = seg x grid +
