@@ -120,10 +120,13 @@ SHORT_FULL = {(128, False): {"loop": "overlap", "consumers": 2, "block_n": 128}}
 # 635 / 555 / 649 (BF16) and SDPA with a lower-right mask 3.9 / 236 / 283 / 279 / 296 / 300 / 293 / 271 / 339.
 FEW_WAVES = {False: 8, True: 2}
 FEW_WAVES_SETTINGS = {"loop": "overlap", "consumers": 2}
-# Per-row speed of three consumers in order over two overlapped on work tiles whose rows all count, causal, one CTA
-# per work tile over long keys (H200, session 25, 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 /
-# 880): few_waves_time's weight.
-THREE_CONSUMER_SPEED = 1.06
+# (head dim, fp8) -> per-row speed of three consumers (FASTER's) over two overlapped on work tiles whose rows all
+# count, causal, one CTA per work tile over long keys: few_waves_time's weight. d128, three in order (H200, session 25,
+# 16384 queries over 131072 keys: BF16 686 / 648 TFLOPS, FP8 943 / 880). d64, three overlapped, whose two consumers
+# leave a d64 CTA's tensor cores idle much longer (H100, session 36, `few_queries.py --d 64`, 32 / 8 heads over 32K /
+# 131K keys, split; the speed that the two settings' measured rates and few_waves_time's rows imply): BF16 1.52-1.66
+# from 1 to 512 queries (1.33 at 1024), FP8 1.26-1.32 (1.21-1.26 at 1024).
+THREE_CONSUMER_SPEED = {(64, False): 1.55, (64, True): 1.28, (128, False): 1.06, (128, True): 1.06}
 # The most rounds of the SMs that a causal launch of one CTA per work tile may fill and still split its last round's
 # work tiles along the keys (csrc/attn_sm90.cuh's causal_split), as launches of fewer work tiles than SMs (1 round)
 # split all of theirs: 1280 queries of 32 heads in pairs (160 units on 66 pairs, 2.4 rounds) then take 2.5 rounds of
@@ -272,7 +275,7 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
     equally long (a few queries over a long context; `launch` as in best_settings), in query rows that a CTA computes
     over all the keys: a work tile's rows times the rounds of the SMs that the work tiles fill, the last one over the
     parts that the kernel splits its work tiles into where it splits (causal_split, as for sequences of one length;
-    splits_tail); three consumers are THREE_CONSUMER_SPEED times as fast per row."""
+    splits_tail); three consumers are THREE_CONSUMER_SPEED[(d, fp8)] times as fast per row."""
     sequences_x_heads, max_seqlen_q, sms = launch
     consumers = settings.get("consumers", 2)
     block_m = WG_ROWS * consumers
@@ -289,7 +292,7 @@ def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, in
             units * cluster, m_blocks, shares, cluster, settings.get("split_rounds", CAUSAL_SPLIT_ROUNDS), block_m,
             block_n, max_seqlen_q, max_seqlen_k, 1, ctypes.byref(ctypes.c_int()))
     rounds = units // shares + 1 / parts if parts else -(-units // shares)
-    return block_m * rounds / (THREE_CONSUMER_SPEED if consumers == 3 else 1.0)
+    return block_m * rounds / (THREE_CONSUMER_SPEED[(d, fp8)] if consumers == 3 else 1.0)
 
 
 def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) -> float:

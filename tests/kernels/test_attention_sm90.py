@@ -418,10 +418,21 @@ def test_causal_attention_of_few_waves_takes_the_consumers_of_the_shorter_modele
 
 
 @needs_nvcc
+def test_d64_few_query_causal_attention_takes_the_consumers_timed_faster():
+    # session 36's few_queries.py --d 64 (32 / 8 heads over 131072 keys, H100): BF16's three consumers were the faster
+    # at every query count, FP8's only where their 192-row blocks pad little (192, 1024 queries)
+    three, two = attention_sm90.FASTER[(64, False, True)], attention_sm90.FEW_WAVES_SETTINGS
+    for queries in (1, 64, 128, 192, 256, 512, 1024):
+        assert attention_sm90.best_settings(64, False, True, 131072, launch=(32, queries, 132)) == three, queries
+        expected = three if queries in (192, 1024) else two
+        assert attention_sm90.best_settings(64, True, True, 131072, launch=(32, queries, 132)) == expected, queries
+
+
+@needs_nvcc
 def test_few_waves_time_counts_the_rows_a_cta_computes_over_all_keys():
     time = functools.partial(attention_sm90.few_waves_time, d=128, fp8=True, max_seqlen_k=131072)
     two, three = attention_sm90.FEW_WAVES_SETTINGS, attention_sm90.FASTER[(128, True, True)]
-    speed = attention_sm90.THREE_CONSUMER_SPEED
+    speed = attention_sm90.THREE_CONSUMER_SPEED[(128, True)]
     # one query per head: 32 work tiles of 128 or 192 rows, each split in 4 parts (128 of 132 CTAs)
     assert time(two, launch=(32, 1, 132)) == 128 / 4
     assert time(three, launch=(32, 1, 132)) == 192 / 4 / speed
