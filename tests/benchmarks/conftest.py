@@ -49,3 +49,9 @@ def profile():
 def window_bench():
     """benchmarks/window.py"""
     return _load("window")
+
+
+@pytest.fixture(scope="module")
+def host():
+    """benchmarks/host_overhead.py"""
+    return _load("host_overhead")

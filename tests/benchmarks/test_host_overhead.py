@@ -1,0 +1,27 @@
+"""benchmarks/host_overhead.py, the parts that run without a GPU: its timing loop, profile and plot."""
+
+import time
+
+
+def test_host_time_counts_each_call_and_the_wait_after_the_last(host):
+    waited = []
+    host_us, until_done_us = host.host_and_gpu_us(lambda: time.sleep(0.001), 10,
+                                                  synchronize=lambda: (waited.append(1), time.sleep(0.02)))
+    assert len(waited) == 2  # after the warm-up, and after the timed calls
+    assert 1000 <= host_us < until_done_us  # the second wait (20 ms over 10 calls) counts only until done
+    assert until_done_us >= host_us + 2000
+
+
+def test_profile_names_the_functions_called(host):
+    def attention_call():
+        return sum(range(100))
+
+    report = host.profile(attention_call, 5)
+    assert "attention_call" in report and "5 " in report
+
+
+def test_plot_writes_a_png_of_every_case(host, tmp_path):
+    rows = [{"impl": impl, "case": case, "host_us": us} for case in ("64q/4096k d64", "512q/4096k d128")
+            for impl, us in (("fa3fp8", 120.0), ("sdpa-flash", 30.0))]
+    host.plot(rows, tmp_path / "host.png")
+    assert (tmp_path / "host.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
