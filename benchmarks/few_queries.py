@@ -14,8 +14,8 @@ work tiles (one per 128 or 192 rows and head), which the kernel splits along the
 what the choice turns on (attention_sm90.few_waves_time). Up to SHORT_CAUSAL_MAX_KEYS keys the API takes persistent
 folds instead where the queries are at least FOLDS_MIN_QUERY_SHARE of the keys (`--keys 4096,16384`: the folds' rows
 beside the others).
-TFLOPS = 4 · B · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t for B sequences of H heads; rounds
-interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
+TFLOPS = 4 · B · H · d · (queries · (keys - queries) + queries · (queries + 1) / 2) / t for B sequences of H heads;
+rounds interleaved, rows give the median. `--out DIR` writes few-queries-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse

@@ -59,7 +59,8 @@ def extract_text(name: str, data: bytes, max_bytes: int) -> str:
     suffix = PurePosixPath(name).suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         raise DocumentError(
-            f"{name}: unsupported file type {repr(suffix) if suffix else '(no suffix)'}; supported: {', '.join(SUPPORTED_SUFFIXES)}"
+            f"{name}: unsupported file type {repr(suffix) if suffix else '(no suffix)'}; "
+            f"supported: {', '.join(SUPPORTED_SUFFIXES)}"
         )
     if len(data) > max_bytes:
         raise DocumentError(f"{name}: {len(data)} bytes is over the limit of {max_bytes} bytes")
@@ -110,7 +111,9 @@ def decode_text(name: str, data: bytes) -> str:
 
     Raises DocumentError for binary data (NUL bytes, control characters, no plausible encoding).
     """
-    for bom, encoding in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+    for bom, encoding in (
+        (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")
+    ):
         if data.startswith(bom):
             try:
                 return _refuse_binary(name, data.decode(encoding))

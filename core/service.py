@@ -118,7 +118,9 @@ class JobService:
         if model is None or model == name:
             return
         served = repr(name) if name else "no named LLM (DOCFLASH_SERVED_MODEL and DOCFLASH_LLM_MODEL are unset)"
-        raise InvalidJobError("model", f"this service runs {served}, not {model!r}: leave model out or ask for that one")
+        raise InvalidJobError(
+            "model", f"this service runs {served}, not {model!r}: leave model out or ask for that one"
+        )
 
     def _check_sources(self, request: JobRequest, tenant: str) -> None:
         """Refuse inputs that would read the job files of other tenants (the service's output area)."""

@@ -6,7 +6,9 @@ import torch
 from fa3fp8 import attention_sm90
 
 
-@pytest.mark.parametrize("queries,keys", [(1, 1), (1, 300), (64, 300), (300, 300), (192, 4096), (301, 300), (8192, 3072)])
+@pytest.mark.parametrize(
+    "queries,keys", [(1, 1), (1, 300), (64, 300), (300, 300), (192, 4096), (301, 300), (8192, 3072)]
+)
 def test_causal_flops_count_the_pairs_a_bottom_right_mask_keeps(few, queries, keys):
     visible = torch.ones(queries, keys).tril(diagonal=keys - queries).sum().item()
     assert few.causal_flops(queries, keys, heads=2, d=8) == 4 * 2 * 8 * visible

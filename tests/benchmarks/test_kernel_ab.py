@@ -21,7 +21,9 @@ def test_cases_are_the_public_defaults_of_every_cuda_shape(ab):
 
 def test_cases_keep_only_the_dtypes_and_head_dims_asked_for(ab):
     cases = ab.cases([4096], dtypes=["fp8"], dims=[64, 96, 256])  # no CUDA kernel at d96
-    assert {(fp8, d, causal) for fp8, d, causal, *_ in cases} == {(True, d, c) for d in (64, 256) for c in (False, True)}
+    assert {(fp8, d, causal) for fp8, d, causal, *_ in cases} == {
+        (True, d, c) for d in (64, 256) for c in (False, True)
+    }
 
 
 def test_a_runner_calls_into_its_own_library(ab, monkeypatch):

@@ -72,9 +72,11 @@ def test_unsupported_schemas_name_the_place(schema, message):
     [
         ({"type": "object", "properties": {"a": {"enum": [["x"], ["y"]]}}}, r"\$\.a: 'enum' values must be strings"),
         ({"type": "object", "properties": {"a": {"enum": {"x": 1}}}}, r"\$\.a: 'enum' must be a non-empty list"),
-        ({"type": "object", "properties": {"a": {"type": {"name": "string"}}}}, r"\$\.a: unsupported or missing 'type'"),
+        ({"type": "object", "properties": {"a": {"type": {"name": "string"}}}},
+         r"\$\.a: unsupported or missing 'type'"),
         ({"type": "object", "properties": {"a": {"type": [["string"]]}}}, r"\$\.a: a 'type' list must hold type names"),
-        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [["a"]]}, "'required' a list of names"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [["a"]]},
+         "'required' a list of names"),
         (nested_objects(MAX_DEPTH + 1), rf"\$(\.a){{{MAX_DEPTH + 1}}}: nested more than {MAX_DEPTH} levels deep"),
         (nested_objects(3000), f"nested more than {MAX_DEPTH} levels deep"),
     ],

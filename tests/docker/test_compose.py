@@ -19,7 +19,8 @@ INTERPOLATION = re.compile(r"\$\{(\w+)(?::([?-])([^}]*))?\}")
 
 
 def interpolate(value: str, environment: dict[str, str]) -> str:
-    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} against `environment`; KeyError if a required one is unset."""
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} against `environment`; KeyError if a required one is
+    unset."""
     def replace(match):
         name, kind, rest = match.groups()
         if environment.get(name):
@@ -37,7 +38,9 @@ def test_stack_has_every_part():
     for service in SERVICES.values():
         if "build" in service:
             assert (REPO / "docker" / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
-    assert [SERVICES[s]["command"][0] for s in ("api", "worker", "watch", "flower")] == ["api", "worker", "watch", "flower"]
+    assert [SERVICES[s]["command"][0] for s in ("api", "worker", "watch", "flower")] == [
+        "api", "worker", "watch", "flower"
+    ]
 
 
 def test_worker_gets_one_gpu_shared_memory_and_time_to_finish():
@@ -104,5 +107,7 @@ def test_missing_secret_stops_compose():
 def test_env_example_lists_every_variable_compose_requires():
     example = (REPO / "docker" / "compose.env.example").read_text()
     listed = set(re.findall(r"^(\w+)=", example, re.M))
-    required = {m.group(1) for m in INTERPOLATION.finditer((REPO / "docker" / "compose.yaml").read_text()) if m.group(2) == "?"}
+    required = {
+        m.group(1) for m in INTERPOLATION.finditer((REPO / "docker" / "compose.yaml").read_text()) if m.group(2) == "?"
+    }
     assert required <= listed

@@ -91,7 +91,9 @@ def test_copied_files_exist_and_are_in_the_build_context(image):
 
 
 def test_build_context_leaves_out_local_state():
-    for path in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", ".tools/helm", "docker/.env", "api/__pycache__/x.pyc"):
+    for path in (
+        ".venv/bin/python", ".git/HEAD", "tests/conftest.py", ".tools/helm", "docker/.env", "api/__pycache__/x.pyc"
+    ):
         assert ignored_by_dockerignore(path), path
 
 

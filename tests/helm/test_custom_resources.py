@@ -25,7 +25,8 @@ HPA_RULES = closed({"stabilizationWindowSeconds": {"type": "integer", "minimum":
 SCALED_OBJECT = closed({
     "apiVersion": {"const": "keda.sh/v1alpha1"}, "kind": {"const": "ScaledObject"}, "metadata": METADATA,
     "spec": closed({
-        "scaleTargetRef": closed({"apiVersion": STRING, "kind": STRING, "name": STRING, "envSourceContainerName": STRING},
+        "scaleTargetRef": closed({"apiVersion": STRING, "kind": STRING, "name": STRING,
+                                  "envSourceContainerName": STRING},
                                  ["name"]),
         "pollingInterval": INT, "cooldownPeriod": INT, "initialCooldownPeriod": INT, "idleReplicaCount": INT,
         "minReplicaCount": INT, "maxReplicaCount": {"type": "integer", "minimum": 1},
@@ -40,7 +41,8 @@ SCALED_OBJECT = closed({
             "type": STRING, "name": STRING, "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
             "useCachedMetrics": {"type": "boolean"},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
-            "authenticationRef": closed({"name": STRING, "kind": {"enum": ["TriggerAuthentication", "ClusterTriggerAuthentication"]}},
+            "authenticationRef": closed({"name": STRING,
+                                         "kind": {"enum": ["TriggerAuthentication", "ClusterTriggerAuthentication"]}},
                                         ["name"]),
         }, ["type", "metadata"])},
     }, ["scaleTargetRef", "triggers"]),
@@ -55,15 +57,18 @@ TRIGGER_AUTHENTICATION = closed({
 SERVICE_MONITOR = closed({
     "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "ServiceMonitor"}, "metadata": METADATA,
     "spec": closed({
-        "selector": closed({"matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}}, ["matchLabels"]),
+        "selector": closed({"matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}},
+                           ["matchLabels"]),
         "namespaceSelector": {"type": "object"},
         "endpoints": {"type": "array", "minItems": 1, "items": closed(
-            {"port": STRING, "path": {"type": "string", "pattern": "^/"}, "interval": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
+            {"port": STRING, "path": {"type": "string", "pattern": "^/"},
+             "interval": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
              "scheme": {"enum": ["http", "https"]}}, ["port"])},
     }, ["selector", "endpoints"]),
 }, ["apiVersion", "kind", "metadata", "spec"])
 
-SCHEMAS = {"ScaledObject": SCALED_OBJECT, "TriggerAuthentication": TRIGGER_AUTHENTICATION, "ServiceMonitor": SERVICE_MONITOR}
+SCHEMAS = {"ScaledObject": SCALED_OBJECT, "TriggerAuthentication": TRIGGER_AUTHENTICATION,
+           "ServiceMonitor": SERVICE_MONITOR}
 
 
 @pytest.mark.parametrize("kind", SCHEMAS, ids=list(SCHEMAS))

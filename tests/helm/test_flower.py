@@ -36,7 +36,9 @@ def test_state_persistence(render, chart, persistent):
 
 def test_scrape_annotations_point_at_the_metrics_ports(default_manifests, chart):
     for component, port in (("flower", "5555"), ("api", "8000")):
-        annotations = chart.one(default_manifests, "Deployment", component)["spec"]["template"]["metadata"]["annotations"]
+        annotations = (
+            chart.one(default_manifests, "Deployment", component)["spec"]["template"]["metadata"]["annotations"]
+        )
         assert annotations["prometheus.io/scrape"] == "true"
         assert annotations["prometheus.io/port"] == port
         assert annotations["prometheus.io/path"] == "/metrics"
@@ -48,7 +50,8 @@ def test_servicemonitor_selects_the_api_and_flower_services(production_manifests
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
     selector = monitor["spec"]["selector"]["matchLabels"]
-    selected = [s for s in chart.find(production_manifests, "Service") if selector.items() <= s["metadata"]["labels"].items()]
+    selected = [s for s in chart.find(production_manifests, "Service")
+                if selector.items() <= s["metadata"]["labels"].items()]
     assert sorted(s["metadata"]["labels"]["app.kubernetes.io/component"] for s in selected) == ["api", "flower"]
     for service in selected:
         assert "http" in [port["name"] for port in service["spec"]["ports"]]

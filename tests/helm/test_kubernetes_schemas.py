@@ -17,7 +17,8 @@ VARIANTS = {
     "defaults": ({}, ()),
     "keda-and-servicemonitor": ({}, ("keda", "monitoring")),
     "ingress-tls-no-hpa": (
-        {"api": {"ingress": {"enabled": True, "className": "nginx", "tls": [{"secretName": "api-tls", "hosts": ["docflash.example.com"]}]},
+        {"api": {"ingress": {"enabled": True, "className": "nginx",
+                             "tls": [{"secretName": "api-tls", "hosts": ["docflash.example.com"]}]},
                  "autoscaling": {"enabled": False}}},
         (),
     ),

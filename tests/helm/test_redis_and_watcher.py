@@ -37,7 +37,9 @@ def test_watcher_is_a_singleton_that_never_overlaps(default_manifests, chart):
 
 def test_api_flower_and_watcher_run_the_torch_free_image(default_manifests, chart):
     for component in ("api", "flower", "watcher"):
-        image = chart.one(default_manifests, "Deployment", component)["spec"]["template"]["spec"]["containers"][0]["image"]
+        image = (
+            chart.one(default_manifests, "Deployment", component)["spec"]["template"]["spec"]["containers"][0]["image"]
+        )
         assert image == "ghcr.io/docflash/docflash-api:0.1.0", component
     worker = chart.one(default_manifests, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]
     assert worker["image"] == "ghcr.io/docflash/docflash-worker:0.1.0"

@@ -9,7 +9,8 @@ import pytest
 
 API_KEY_ENTRY = "acme:" + "5f" * 32
 SENTINELS = {
-    "secrets": {"apiKeys": [API_KEY_ENTRY], "s3AccessKeyId": "AKIASENTINELKEYID0001", "s3SecretAccessKey": "s3-secret-sentinel-value"},
+    "secrets": {"apiKeys": [API_KEY_ENTRY], "s3AccessKeyId": "AKIASENTINELKEYID0001",
+                "s3SecretAccessKey": "s3-secret-sentinel-value"},
     "flower": {"auth": {"password": "flower-password-sentinel"}},
 }
 SECRET_VALUES = [API_KEY_ENTRY, "AKIASENTINELKEYID0001", "s3-secret-sentinel-value", "flower-password-sentinel"]
@@ -49,7 +50,8 @@ def test_api_reads_the_keys_from_the_chart_secret(with_secrets, chart):
 
 
 def test_existing_secrets_replace_the_chart_secrets(render, chart):
-    manifests = render({"secrets": {"existingSecret": "app-secrets"}, "flower": {"auth": {"existingSecret": "flower-auth"}}})
+    manifests = render({"secrets": {"existingSecret": "app-secrets"},
+                        "flower": {"auth": {"existingSecret": "flower-auth"}}})
     assert chart.find(manifests, "Secret") == []
     for _, pod in chart.pod_specs(manifests):
         for container in chart.containers(pod):

@@ -42,9 +42,11 @@ def test_redis_accepts_only_this_release(default_manifests, chart):
 
 
 def test_workers_and_watcher_accept_no_ingress(default_manifests, chart):
-    [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith("-no-ingress")]
+    [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy")
+                if p["metadata"]["name"].endswith("-no-ingress")]
     assert policy["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in policy["spec"]
-    components = next(e for e in policy["spec"]["podSelector"]["matchExpressions"] if e["key"] == "app.kubernetes.io/component")
+    components = next(e for e in policy["spec"]["podSelector"]["matchExpressions"]
+                      if e["key"] == "app.kubernetes.io/component")
     assert sorted(components["values"]) == ["watcher", "worker"]
 
 
@@ -53,16 +55,19 @@ def test_workers_and_watcher_accept_no_ingress(default_manifests, chart):
     ("flower", {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}),
 ], ids=["api", "flower"])
 def test_sources_can_be_restricted(production_manifests, chart, component, source):
-    [policy] = [p for p in chart.find(production_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith(f"-{component}")]
+    [policy] = [p for p in chart.find(production_manifests, "NetworkPolicy")
+                if p["metadata"]["name"].endswith(f"-{component}")]
     sources = policy["spec"]["ingress"][0]["from"]
     assert source in sources
     # The release's own pods (helm test) still get in.
-    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "docflash", "app.kubernetes.io/instance": "df"}}} in sources
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "docflash",
+                                            "app.kubernetes.io/instance": "df"}}} in sources
 
 
 def test_api_and_flower_are_open_by_default(default_manifests, chart):
     for component in ("api", "flower"):
-        [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy") if p["metadata"]["name"].endswith(f"-{component}")]
+        [policy] = [p for p in chart.find(default_manifests, "NetworkPolicy")
+                    if p["metadata"]["name"].endswith(f"-{component}")]
         assert "from" not in policy["spec"]["ingress"][0]
 
 

@@ -20,10 +20,14 @@ BAD_VALUES = {
     "pvc-source-without-claim": ({"worker": {"model": {"source": "pvc"}}}, "claimName"),
     "s3-source-without-uri": ({"worker": {"model": {"source": "s3"}}}, "uri"),
     "keda-switch-typo": ({"worker": {"autoscaling": {"keda": {"enabled": "yes"}}}}, "enabled"),
-    "stabilization-above-kubernetes-max": ({"worker": {"autoscaling": {"keda": {"scaleDownStabilizationSeconds": 7200}}}}, "scaleDownStabilizationSeconds"),
-    "redis-url-with-password": ({"redis": {"enabled": False, "external": {"url": "redis://:hunter2@redis:6379/0"}}}, "url"),
+    "stabilization-above-kubernetes-max": (
+        {"worker": {"autoscaling": {"keda": {"scaleDownStabilizationSeconds": 7200}}}},
+        "scaleDownStabilizationSeconds"),
+    "redis-url-with-password": (
+        {"redis": {"enabled": False, "external": {"url": "redis://:hunter2@redis:6379/0"}}}, "url"),
     "external-redis-without-url": ({"redis": {"enabled": False}}, "url"),
-    "privilege-escalation": ({"containerSecurityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilegeEscalation"),
+    "privilege-escalation": (
+        {"containerSecurityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilegeEscalation"),
     "root-pods": ({"podSecurityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
     "secret-in-extra-env": ({"config": {"extraEnv": {"DOCFLASH_API_KEYS": "x"}}}, "DOCFLASH_API_KEYS"),
     "extra-env-not-a-setting": ({"config": {"extraEnv": {"PATH": "/tmp"}}}, "PATH"),
@@ -33,10 +37,12 @@ BAD_VALUES = {
 BAD_COMBINATIONS = {
     "soft-limit-not-below-hard": ({"config": {"taskSoftTimeLimit": 3600}}, "config.taskSoftTimeLimit"),
     "visibility-timeout-too-short": ({"config": {"brokerVisibilityTimeout": 3000}}, "config.brokerVisibilityTimeout"),
-    "grace-period-below-hard-limit": ({"worker": {"terminationGracePeriodSeconds": 600}}, "worker.terminationGracePeriodSeconds"),
+    "grace-period-below-hard-limit": (
+        {"worker": {"terminationGracePeriodSeconds": 600}}, "worker.terminationGracePeriodSeconds"),
     "stabilization-shorter-than-a-document": (
         {"worker": {"autoscaling": {"keda": {"scaleDownStabilizationSeconds": 300}}}}, "scaleDownStabilizationSeconds"),
-    "cooldown-shorter-than-a-document": ({"worker": {"autoscaling": {"keda": {"cooldownPeriod": 300}}}}, "cooldownPeriod"),
+    "cooldown-shorter-than-a-document": (
+        {"worker": {"autoscaling": {"keda": {"cooldownPeriod": 300}}}}, "cooldownPeriod"),
     "min-above-max-workers": ({"worker": {"autoscaling": {"keda": {"minReplicas": 9}}}}, "minReplicas"),
     "watcher-without-uri": ({"config": {"watch": {"uri": ""}}}, "config.watch.uri"),
     "existing-secret-and-inline-keys": (

@@ -96,7 +96,8 @@ def varlen_case(lens_q, lens_k, heads, kv_heads, d, causal, window_size=(-1, -1)
     masked = torch.isinf(ref_lse)
     return {
         "err": max_err(out, ref), "torch_err": max_err(same, ref), "finite": bool(torch.isfinite(out).all()),
-        "lse_err": max_err(lse[~masked], ref_lse[~masked]), "lse_inf_match": bool(torch.equal(torch.isinf(lse), masked)),
+        "lse_err": max_err(lse[~masked], ref_lse[~masked]),
+        "lse_inf_match": bool(torch.equal(torch.isinf(lse), masked)),
     }
 
 
@@ -198,7 +199,8 @@ def main():
         results["dense-" + case_id(*shape, torch.float16)] = dense_case(shape)
     for lens_q, lens_k, heads, kv_heads, d in VARLEN:
         for causal in (False, True):
-            name = f"varlen-lens{'_'.join(map(str, lens_q))}-H{heads}-KV{kv_heads}-D{d}-{'causal' if causal else 'full'}"
+            name = (f"varlen-lens{'_'.join(map(str, lens_q))}-H{heads}-KV{kv_heads}-D{d}-"
+                    f"{'causal' if causal else 'full'}")
             results[name] = varlen_case(lens_q, lens_k, heads, kv_heads, d, causal)
     for shape in [(2, 37, 70, 4, 2, 64, False), (1, 65, 65, 2, 1, 128, True), (1, 50, 20, 2, 2, 64, True)]:
         results["fp8-" + case_id(*shape)] = fp8_case(shape)

@@ -38,8 +38,9 @@ WINDOWED_IDS = [  # interpret_cases.WINDOWED
     "B1-Sq40-Sk40-H2-KV2-D256-full-window-1_7",
 ]
 DENSE_IDS += ["dense-" + name for name in WINDOWED_IDS]
-FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal", "fp8-B1-Sq50-Sk20-H2-KV2-D64-causal",
-           "fp8-varlen-lens5_40_33-H4-KV2-D64-causal", *("fp8-" + name for name in WINDOWED_IDS)]
+FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-causal",
+           "fp8-B1-Sq50-Sk20-H2-KV2-D64-causal", "fp8-varlen-lens5_40_33-H4-KV2-D64-causal",
+           *("fp8-" + name for name in WINDOWED_IDS)]
 QUANT_IDS = [f"quantize-D{d}-{kind}" for d in (64, 128) for kind in (
     "hadamard", "v-transposed", "v-key-permuted", "hadamard-heads-major", "v-heads-major")]
 SPLIT_QUANT_IDS = [f"split-quantize-D{d}-{order}" for d in (64, 128) for order in ("v-in-order", "v-key-permuted")]

@@ -112,7 +112,8 @@ VARLEN = [([1, 17, 300, 1024, 777], 8, 2, 128), ([2048, 5, 64], 4, 4, 64), ([129
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("lens,heads,kv_heads,d", VARLEN, ids=[f"lens{'_'.join(map(str, v[0]))}-H{v[1]}-KV{v[2]}-D{v[3]}" for v in VARLEN])
+@pytest.mark.parametrize("lens,heads,kv_heads,d", VARLEN,
+                         ids=[f"lens{'_'.join(map(str, v[0]))}-H{v[1]}-KV{v[2]}-D{v[3]}" for v in VARLEN])
 def test_varlen_matches_fp64_reference(lens, heads, kv_heads, d, causal, kernel):
     gen = torch.Generator().manual_seed(len(lens) * d)
     lens_k = [n + int(torch.randint(0, 50, (1,), generator=gen)) for n in lens] if causal else lens
@@ -122,7 +123,9 @@ def test_varlen_matches_fp64_reference(lens, heads, kv_heads, d, causal, kernel)
     k = torch.randn(sum(lens_k), kv_heads, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     poison_cuda_cache()
-    out, lse = fa3fp8.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens), max(lens_k), causal=causal, return_lse=True)
+    out, lse = fa3fp8.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max(lens), max(lens_k), causal=causal, return_lse=True
+    )
     ref, ref_lse = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.float64)
     same, _ = attention_varlen_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=torch.bfloat16)
     assert torch.isfinite(out).all()

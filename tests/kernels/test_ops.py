@@ -23,8 +23,10 @@ BAD_DENSE = {
     "k-dtype-mismatch": (dict(k=torch.randn(2, 24, 2, 64, dtype=torch.float16)), "k must have q's dtype"),
     "head-dim-96": (dict(q=torch.randn(2, 16, 4, 96, dtype=torch.bfloat16)), "head dim q.shape\\[-1\\] must be one of"),
     "v-shape": (dict(v=torch.randn(2, 23, 2, 64, dtype=torch.bfloat16)), "v must have k's shape"),
-    "kv-heads-3": (dict(k=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16), v=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16)), "kv_heads"),
-    "batch-mismatch": (dict(k=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16), v=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16)), "batch"),
+    "kv-heads-3": (dict(k=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16),
+                        v=torch.randn(2, 24, 3, 64, dtype=torch.bfloat16)), "kv_heads"),
+    "batch-mismatch": (dict(k=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16),
+                            v=torch.randn(1, 24, 2, 64, dtype=torch.bfloat16)), "batch"),
     "softmax-scale": (dict(softmax_scale=-1.0), "softmax_scale"),
     "softmax-scale-inf": (dict(softmax_scale=float("inf")), "softmax_scale must be a positive finite float"),
     "softmax-scale-nan": (dict(softmax_scale=float("nan")), "softmax_scale"),
@@ -58,7 +60,8 @@ BAD_VARLEN = {
     "int64": (_packed(torch.tensor([0, 4, 12])), "1-D int32"),
     "wrong-total": (_packed(torch.tensor([0, 4, 10], dtype=torch.int32)), "must equal the packed length 12"),
     "max-seqlen-too-small": (_packed(torch.tensor([0, 4, 12], dtype=torch.int32), max_q=5), "max_seqlen"),
-    "length-mismatch": (_packed(torch.tensor([0, 4, 12], dtype=torch.int32), torch.tensor([0, 12], dtype=torch.int32)), "same length"),
+    "length-mismatch": (_packed(torch.tensor([0, 4, 12], dtype=torch.int32), torch.tensor([0, 12], dtype=torch.int32)),
+                        "same length"),
 }
 
 

@@ -90,7 +90,9 @@ def test_varlen_equals_per_sequence_dense():
     q, k, v = (torch.randn(20, 4, 64, dtype=torch.float64) for _ in range(3))
     out, lse = attention_varlen_reference(q, k, v, cu, cu, causal=True, compute_dtype=torch.float64)
     for (t0, t1) in zip(cu[:-1].tolist(), cu[1:].tolist()):
-        o, l = attention_reference(q[None, t0:t1], k[None, t0:t1], v[None, t0:t1], causal=True, compute_dtype=torch.float64)
+        o, l = attention_reference(
+            q[None, t0:t1], k[None, t0:t1], v[None, t0:t1], causal=True, compute_dtype=torch.float64
+        )
         torch.testing.assert_close(out[t0:t1], o[0])
         torch.testing.assert_close(lse[:, t0:t1], l[0])
     assert sum(lens) == out.shape[0]
