@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
-#                                [e2e] [ab] [window]
+#                                [e2e] [ab] [window] [host]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
 # peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
@@ -71,6 +71,9 @@ if [[ "$steps" == *" ab "* ]]; then
 fi
 if [[ "$steps" == *" window "* ]]; then  # sliding-window attention beside FlexAttention (WINDOW_ARGS: more options)
     python3 benchmarks/window.py --out "$OUT" ${WINDOW_ARGS:-} 2>&1 | tee "$OUT/window.log" | tail -20 || status=1
+fi
+if [[ "$steps" == *" host "* ]]; then  # host time per call: the API against its launcher and SDPA
+    python3 benchmarks/host_overhead.py --out "$OUT" 2>&1 | tee "$OUT/host-overhead.log" | tail -14 || status=1
 fi
 if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1
