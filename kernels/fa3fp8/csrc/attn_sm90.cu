@@ -94,7 +94,7 @@ inline bool window_settings(int d, int loop, int consumers, int block_n, int clu
 }
 
 // d64 (attn_sm90_d64.cu), FP8 and 16-bit: 128-key tiles, two or three consumers, either loop, one CTA (no pairs),
-// causal folds on the overlapped loop, no window (split only where built so: splits_tail)
+// causal folds on the overlapped loop, no window; split along the keys as d128's (splits_tail)
 inline bool d64_settings(int causal, int loop, int consumers, int block_n, int cluster, int fold, int split_rounds,
                          int window_left) {
   return (loop == SERIAL || loop == OVERLAP) && (consumers == 2 || consumers == 3) && block_n == 128 &&

@@ -1,9 +1,9 @@
 // Head dim 64, in a unit of its own so that adding it leaves the other kernels' unit as it was: 128-key tiles, a ring
 // of four stages, two consumers or three (192 rows, as FlashAttention-3 runs this head dim), each in order or
 // overlapped; one CTA per work tile causal (or folds, overlapped), persistent without a mask, split along the keys as
-// d128's (splits_tail); no pairs or windows (the C entries refuse them at d64). BF16/FP16: every row
-// of Q, K and V is one 128-byte panel (16 KB per K or V tile). FP8: Q and K rows are 64 bytes (64-byte swizzle,
-// QK_PANEL), V transposed one [64 rows x 128 keys] panel a block (8 KB per K or V tile); P·V on m64n64 wgmma at both.
+// d128's (splits_tail); no pairs or windows (the C entries refuse them at d64). BF16/FP16: every row of Q, K and V is
+// one 128-byte panel (16 KB per K or V tile). FP8: Q and K rows are 64 bytes (64-byte swizzle, QK_PANEL), V
+// transposed one [64 rows x 128 keys] panel a block (8 KB per K or V tile); P·V on m64n64 wgmma at both.
 
 #include "attn_sm90.cuh"
 
