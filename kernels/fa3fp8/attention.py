@@ -229,16 +229,17 @@ def attention_fwd(
     batch = cu_seqlens_q.shape[0] - 1
     is_fp8 = q_scale is not None
     windowed = tuple(window_size) != NO_WINDOW
-    cuda_window = (windowed and causal and config is None and not env.interpreting()
+    interpreting = env.interpreting()
+    cuda_window = (windowed and causal and config is None and not interpreting
                    and attention_sm90.serves_windows(d) and (is_fp8 or attention_sm90.supported_16bit(q, k, v)))
     if windowed and is_fp8 and v_permuted != cuda_window:
         raise ValueError(f"a window on the {'CUDA' if cuda_window else 'Triton'} kernel needs V's keys "
                          f"{'permuted' if cuda_window else 'in order'}")
-    choice = env.kernel() if config is None and not env.interpreting() else "triton"
+    choice = env.kernel() if config is None and not interpreting else "triton"
     # every sequence as long as the longest (known on the host: no lookup of cu_seqlens)
     equal_lengths = max_seqlen_k is not None and total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k
     launch = (batch * heads, max_seqlen_q, sm_count(q.device)) if q.is_cuda else None
-    best = attention_sm90.best_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths, launch)
+    best = attention_sm90.planned_settings(d, is_fp8, causal, max_seqlen_k, equal_lengths, launch)
     if windowed:
         choice = "cuda" if cuda_window else "triton"
         best = {**attention_sm90.WINDOW_SETTINGS[(d, is_fp8)], "window_left": window_size[0]} if cuda_window else None
@@ -281,8 +282,8 @@ def attention_fwd(
     # the H200 and 3-9% slower for FP8, whose FMA pipe rather than its SFU is the busier one
     consts = dict(H=heads, HKV=kv_heads, D=d, CAUSAL=causal, WINDOW=windowed, IS_FP8=is_fp8,
                   P_SHIFT=float(P_SHIFT) if is_fp8 else 0.0,
-                  ROUND_FIRST=env.interpreting(), FAST_EXP=not is_fp8 and not env.interpreting())
-    if config is None and env.interpreting():
+                  ROUND_FIRST=interpreting, FAST_EXP=not is_fp8 and not interpreting)
+    if config is None and interpreting:
         config = configs.interpret_config()
     triton.set_allocator(_alloc)
     if config is None:

@@ -18,11 +18,12 @@ tile's first window key on (WINDOW_SETTINGS).
 """
 
 import ctypes
+import functools
 
 import torch
 
 from . import cuda_build, env
-from .gpu import sm_count
+from .gpu import current_stream, sm_count
 
 LOG2E = 1.4426950408889634
 KV_BLOCK = 128  # keys per K/V quantization block of the FP8 bundles this kernel reads
@@ -370,14 +371,40 @@ def splits_tail(d: int, fp8: bool) -> bool:
     return bool(cuda_build.load().fa3fp8_splits_tail(d, int(fp8)))
 
 
-def _split_workspace(device, d: int, fp8: bool, block_m: int, fold: bool, split: bool) -> torch.Tensor:
+def planned_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = None, equal_lengths: bool = False,
+                     launch: tuple[int, int, int] | None = None) -> dict | None:
+    """best_settings' answer, worked out once per shape and kernel library: the public API asks on every call, and
+    the answer (few_waves_time asks the library twice) took 11-15 us of host time a call on the H100 machine. Read
+    it, do not change it; the tables best_settings reads are read once per shape, so change them before a call."""
+    library = cuda_build.load() if cuda_build.available() else None
+    return _planned_settings(library, d, fp8, causal, max_seqlen_k, equal_lengths, launch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned_settings(library, d, fp8, causal, max_seqlen_k, equal_lengths, launch):
+    # `library` only keys the cache: benchmarks/kernel_ab.py swaps the library that best_settings asks
+    return best_settings(d, fp8, causal, max_seqlen_k, equal_lengths, launch)
+
+
+def _split_workspace(device, d: int, fp8: bool, block_m: int, fold: bool, split: bool) -> torch.Tensor | None:
     """The workspace where a launch may split its work along the keys (csrc/attn_sm90.cuh, plan_split), as many bytes
-    as fa3fp8_split_workspace_bytes gives for the device's SMs. Empty (a null pointer: never split) for kernels that
+    as fa3fp8_split_workspace_bytes gives for the device's SMs. None (a null pointer: never split) for kernels that
     do not split (splits_tail) and when `split` is off."""
-    if not split or not splits_tail(d, fp8):
-        return torch.empty(0, dtype=torch.uint8, device=device)
-    size = cuda_build.load().fa3fp8_split_workspace_bytes(sm_count(device), block_m, d, int(fold))
-    return torch.empty(size, dtype=torch.uint8, device=device)
+    size = _workspace_bytes(cuda_build.load(), sm_count(device), block_m, d, fp8, fold) if split else 0
+    return torch.empty(size, dtype=torch.uint8, device=device) if size else None
+
+
+@functools.lru_cache(maxsize=256)
+def _workspace_bytes(library, sms: int, block_m: int, d: int, fp8: bool, fold: bool) -> int:
+    """The split workspace's size in bytes, 0 where the library's kernels at (d, fp8) do not split: asked once per
+    library and launch shape (two calls into the library)."""
+    if not library.fa3fp8_splits_tail(d, int(fp8)):
+        return 0
+    return library.fa3fp8_split_workspace_bytes(sms, block_m, d, int(fold))
+
+
+def _pointer_and_size(workspace: torch.Tensor | None) -> tuple[int | None, int]:
+    return (None, 0) if workspace is None else (workspace.data_ptr(), workspace.nbytes)
 
 
 def _check(code: int) -> None:
@@ -427,8 +454,8 @@ def attention_fp8_fwd_sm90(
         batch, heads, kv_heads, d, total_q, total_k, v8t.shape[-1], q_scale.shape[-1], k_scale.shape[-1],
         q_block, max_seqlen_q, max_seqlen_k, softmax_scale * LOG2E, int(causal),
         LOOPS[loop], consumers, block_n, int(out_dtype == torch.bfloat16), cluster, int(fold),
-        workspace.data_ptr(), workspace.nbytes, split_rounds, window_left,
-        torch.cuda.current_stream(q8.device).cuda_stream,
+        *_pointer_and_size(workspace), split_rounds, window_left,
+        current_stream(q8.device),
     ))
     return out, lse
 
@@ -462,7 +489,7 @@ def attention_fwd_sm90(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softma
         *(t.data_ptr() for t in tensors),
         batch, heads, kv_heads, d, total_q, total_k, max_seqlen_q, max_seqlen_k,
         softmax_scale * LOG2E, int(causal), LOOPS[loop], consumers, block_n, int(q.dtype == torch.bfloat16), cluster,
-        int(fold), workspace.data_ptr(), workspace.nbytes, split_rounds, window_left,
-        torch.cuda.current_stream(q.device).cuda_stream,
+        int(fold), *_pointer_and_size(workspace), split_rounds, window_left,
+        current_stream(q.device),
     ))
     return out, lse

@@ -799,6 +799,50 @@ def test_split_workspace_holds_two_segments_of_o_and_lse_per_cta_four_with_folds
     assert workspace_bytes(132, 192, 128, 0) == 2 * 132 * 192 * (128 + 1) * 4
     assert workspace_bytes(132, 192, 128, 1) == 4 * 132 * 192 * (128 + 1) * 4
 
+    # the launchers ask once per library and launch shape; kernels that do not split get none (a null pointer)
+    library = cuda_build.load()
+    assert attention_sm90._workspace_bytes(library, 132, 192, 128, False, False) == workspace_bytes(132, 192, 128, 0)
+    assert attention_sm90._workspace_bytes(library, 132, 128, 256, False, False) == 0  # BF16/FP16 d256 (splits_tail)
+    assert attention_sm90._workspace_bytes(library, 132, 128, 256, True, True) == workspace_bytes(132, 128, 256, 1)
+
+
+def test_split_workspace_size_is_asked_once_per_library_and_shape():
+    class Library:  # counts the questions, as a kernel library that splits every (d, fp8) would answer them
+        def __init__(self):
+            self.asked = 0
+
+        def fa3fp8_splits_tail(self, d, fp8):
+            self.asked += 1
+            return 1
+
+        def fa3fp8_split_workspace_bytes(self, sms, block_m, d, fold):
+            self.asked += 1
+            return sms * block_m * d * (1 + fold)
+
+    first, second = Library(), Library()
+    for _ in range(3):
+        assert attention_sm90._workspace_bytes(first, 132, 192, 128, True, False) == 132 * 192 * 128
+    assert attention_sm90._workspace_bytes(first, 132, 192, 128, True, True) == 2 * 132 * 192 * 128
+    assert attention_sm90._workspace_bytes(second, 132, 192, 128, True, False) == 132 * 192 * 128
+    assert (first.asked, second.asked) == (4, 2)
+
+
+def test_planned_settings_are_best_settings_worked_out_once_per_shape_and_library(monkeypatch):
+    asked = []
+
+    def best_settings(*args):
+        asked.append(args)
+        return {"consumers": len(asked)}
+
+    monkeypatch.setattr(attention_sm90, "best_settings", best_settings)
+    monkeypatch.setattr(cuda_build, "available", lambda: True)
+    shape = (128, True, True, 4093, False, (32, 4093, 132))  # a shape no other test plans
+    for library in ("first", "second"):
+        monkeypatch.setattr(cuda_build, "load", lambda library=library: library)
+        for _ in range(3):
+            assert attention_sm90.planned_settings(*shape) == {"consumers": 1 if library == "first" else 2}
+    assert asked == [shape, shape]
+
 
 def tail_segments(units, key_tiles, grid, cluster):
     """The C library's tail split (fa3fp8_tail_segments): (share, unit, begin, end) of each segment, and each unit's

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fa3fp8.gpu import is_hopper, sm_count
+from fa3fp8.gpu import current_stream, is_hopper, sm_count
 
 
 @pytest.mark.gpu
@@ -14,6 +14,16 @@ def test_sm_count_is_the_device_property_and_looked_up_once():
     assert sm_count(torch.device("cuda", 0)) == expected > 0
     assert sm_count(torch.device("cuda", 0)) == expected
     assert sm_count.cache_info().hits == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_current_stream_is_the_handle_of_torchs_current_stream():
+    device = torch.device("cuda", 0)
+    assert current_stream(device) == torch.cuda.current_stream(device).cuda_stream
+    side = torch.cuda.Stream(device)
+    with torch.cuda.stream(side):
+        assert current_stream(device) == side.cuda_stream != torch.cuda.default_stream(device).cuda_stream
 
 
 @pytest.mark.parametrize("capability,hopper", [((9, 0), True), ((8, 0), False), ((8, 9), False), ((10, 0), False)])

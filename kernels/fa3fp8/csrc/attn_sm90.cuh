@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 namespace fa3fp8 {
@@ -1278,6 +1279,33 @@ inline bool make_map(CUtensorMap* map, const void* base, uint64_t rows, uint64_t
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// What a launch asks the runtime about its kernel on a device, asked once per (kernel, device) as the answers do not
+// change between launches (each launch<>() instantiation keeps its own, static): the dynamic shared memory the kernel
+// may take (cudaFuncSetAttribute) and, for pairs, the clusters resident at once (cudaOccupancyMaxActiveClusters).
+struct KernelFacts {
+  static constexpr int DEVICES = 64;  // devices beyond these ask on every launch
+  std::atomic<bool> shared_memory_allowed[DEVICES];
+  std::atomic<int> resident_clusters[DEVICES];  // 0: not asked yet
+
+  template <class Kernel>
+  cudaError_t allow_shared_memory(Kernel kernel, int smem, int device) {
+    const bool kept = device < DEVICES;
+    if (kept && shared_memory_allowed[device].load(std::memory_order_acquire)) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (kept && err == cudaSuccess) shared_memory_allowed[device].store(true, std::memory_order_release);
+    return err;
+  }
+
+  template <class Kernel>
+  cudaError_t clusters(int* count, Kernel kernel, const cudaLaunchConfig_t& config, int device) {
+    const bool kept = device < DEVICES;
+    if (kept && (*count = resident_clusters[device].load(std::memory_order_acquire)) > 0) return cudaSuccess;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(count, kernel, &config);
+    if (kept && err == cudaSuccess) resident_clusters[device].store(*count, std::memory_order_release);
+    return err;
+  }
+};
+
 // Codes of the C entries besides CUDA's own errors, carried through launch<>()'s cudaError_t
 constexpr cudaError_t MAP_FAILED = static_cast<cudaError_t>(-1);   // a tensor map could not be made
 constexpr cudaError_t UNSUPPORTED = static_cast<cudaError_t>(-2);  // no kernel for these arguments
@@ -1415,8 +1443,13 @@ cudaError_t launch(const Launch& l) {
   constexpr int smem = sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) +
                        staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() + 1024;  // + the alignment to 1 KB
   static_assert(smem <= 227 * 1024, "more shared memory than an sm_90 CTA may have");
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
+  static KernelFacts facts;
+  int device, ctas;
+  cudaError_t err;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+      (err = facts.allow_shared_memory(kernel, smem, device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return err;
   Params p = l.p;
   constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
@@ -1447,17 +1480,13 @@ cudaError_t launch(const Launch& l) {
   config.stream = l.stream;
   config.attrs = &cluster;
   config.numAttrs = CLUSTER == 2 ? 1 : 0;
-  int device, ctas;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-    return err;
   // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split);
   // a windowed one never does (its work tiles are about equally long, and their keys start at their windows)
   if (PERSISTENT || (splits_tail<E, D>() && !WINDOW && p.work_tiles < (long long)ctas * l.split_rounds)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     if constexpr (CLUSTER == 2) {
-      if ((err = cudaOccupancyMaxActiveClusters(&ctas, kernel, &config)) != cudaSuccess) return err;
+      if ((err = facts.clusters(&ctas, kernel, config, device)) != cudaSuccess) return err;
       if (ctas == 0) return cudaErrorInvalidConfiguration;
       ctas *= CLUSTER;
     }
