@@ -1,14 +1,15 @@
 """Host time per attention call on one GPU, where the launch is short enough that the host, not the GPU, sets the pace
 (a prefill's short last chunk, draft tokens over a short context): the public API (`fa3fp8.flash_attn_func`, BF16, and
-`flash_attn_fp8_func` on a bundle quantized beforehand), the CUDA launcher with the settings the API picks (what the
-API adds is the difference), and SDPA's flash backend on the same shape without a mask (its GQA heads expanded
-beforehand) as the peer's cost per call.
+`flash_attn_fp8_func` on a bundle quantized beforehand), `quantize_qkv` alone, the CUDA launcher with the settings the
+API picks (what the API adds is the difference), and SDPA's flash backend on the same shape without a mask (its GQA heads
+expanded beforehand) as the peer's cost per call.
 
-    python benchmarks/host_overhead.py [--calls 300] [--out DIR]
+    python benchmarks/host_overhead.py [--calls 300] [--rounds 5] [--out DIR]
 
 Each runner is called `calls` times back to back after a warm-up: `host_us` is the loop's host time per call, `gpu_us`
-the time per call until the last kernel ends. Where they are equal the host sets the pace; where gpu_us is the larger,
-the kernels do. `--out DIR` writes host-overhead-<gpu>-<date>.json, a PNG, and the API's cProfile (the functions with
+the time per call until the last kernel ends, each the median of `rounds` rounds that take the runners in turn (the
+host's pace drifts by up to 2x between seconds on the lent machines). Where they are equal the host sets the pace; where
+gpu_us is the larger, the kernels do. `--out DIR` writes host-overhead-<gpu>-<date>.json, a PNG, and the API's cProfile (the functions with
 the most time of their own) as host-overhead-profile.txt.
 """
 
@@ -17,6 +18,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ def runners(q, k, v):
         "fa3fp8": lambda: fa3fp8.flash_attn_func(q, k, v, causal=True),
         "launcher": bench.settings_runner(settings, False, q, k, v, None, True),
         "fa3fp8-fp8": lambda: fa3fp8.flash_attn_fp8_func(bundle, causal=True),
+        "quantize_qkv": lambda: fa3fp8.quantize_qkv(q, k, v),
         "sdpa-flash": bench.sdpa_runner("sdpa-flash", q, *expanded, causal=False),
     }
 
@@ -66,6 +69,16 @@ def host_and_gpu_us(fn, calls, synchronize=torch.cuda.synchronize):
     synchronize()
     done = time.perf_counter()
     return (issued - start) / calls * 1e6, (done - start) / calls * 1e6
+
+
+def median_rounds(named, calls, rounds, synchronize=torch.cuda.synchronize):
+    """{name: (host, until done) microseconds per call}, each the median over `rounds` rounds in which every runner of
+    `named` ({name: fn}) takes its turn (host_and_gpu_us)."""
+    times = {name: [] for name in named}
+    for _ in range(rounds):
+        for name, fn in named.items():
+            times[name].append(host_and_gpu_us(fn, calls, synchronize))
+    return {name: tuple(statistics.median(t[i] for t in timed) for i in range(2)) for name, timed in times.items()}
 
 
 def profile(fn, calls):
@@ -101,6 +114,7 @@ def plot(rows, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     gpu = torch.cuda.get_device_name()
@@ -109,13 +123,12 @@ def main():
         q, k, v = random_qkv(1, queries, keys, HEADS, KV_HEADS, d, torch.bfloat16, "cuda", seed=1)
         case = f"{queries}q/{keys}k d{d}"
         named = runners(q, k, v)
-        for name, fn in named.items():
-            host, until_done = host_and_gpu_us(fn, args.calls)
+        for name, (host, until_done) in median_rounds(named, args.calls, args.rounds).items():
             rows.append({"impl": name, "case": case, "queries": queries, "keys": keys, "d": d,
                          "host_us": round(host, 1), "gpu_us": round(until_done, 1)})
             print(f"{case:18s} {name:11s} host {host:7.1f} us  until done {until_done:7.1f} us per call")
         reports.append(f"== {case}: fa3fp8.flash_attn_func, {args.calls} calls\n{profile(named['fa3fp8'], args.calls)}")
-    meta = {"torch": torch.__version__, "heads": HEADS, "kv_heads": KV_HEADS, "calls": args.calls}
+    meta = {"torch": torch.__version__, "heads": HEADS, "kv_heads": KV_HEADS, "calls": args.calls, "rounds": args.rounds}
     path = bench.save_results(args.out, "host-overhead", gpu, meta, rows, plot)
     (Path(args.out) / "host-overhead-profile.txt").write_text("\n".join(reports))
     print(f"wrote {path}")
