@@ -108,7 +108,7 @@ def _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permu
         k8, k_scale, cu_blocks_k = quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard)
         v8t, v_scale, _ = quantize_blocks(
             v, cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
-            pow2_scale=True,
+            pow2_scale=True, cu_blocks=cu_blocks_k,
         )
         return k8, v8t, k_scale, v_scale, cu_blocks_k
     k8, v8t, k_scale, v_scale = quantize_kv_reference(k, v, cu_seqlens_k, block_n, hadamard)

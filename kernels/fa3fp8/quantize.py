@@ -137,7 +137,7 @@ def _programs_per_sequence(x: torch.Tensor, tiles: int, heads_x_batch: int, prog
 
 
 def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False, pow2_scale=False,
-                    programs_per_sm=None, stages=None, num_warps=None):
+                    programs_per_sm=None, stages=None, num_warps=None, cu_blocks=None):
     """Quantize packed x (T, H, D) per (head, tile of `block` rows of a sequence) to e4m3, with scale amax / 448 or,
     with `pow2_scale`, the power of two fp8_layout.pow2_scale (V's). x may be any view whose last dim is
     contiguous; `programs_per_sm`, `stages` and `num_warps` size the grid, the pipeline and the programs (None:
@@ -146,7 +146,9 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     Returns data (T, H, D), or (H, D, n_blocks * block) tile by tile with `transpose` (with `permute`, each tile's
     keys at fp8_layout.v_key_positions; block a multiple of 32), the fp32 scales
     (H, n_blocks; entries past cu_blocks[-1] are unused and unset) and the int32 tile offsets per sequence
-    (cu_blocks, as fp8_layout.block_offsets gives them, written by the kernel: no cumulative sum on the host).
+    (cu_blocks, as fp8_layout.block_offsets gives them, written by the kernel: no cumulative sum on the host), into
+    `cu_blocks` where given (the offsets of another part of the same sequences and tiles, V's with K's: one allocation
+    fewer).
     """
     total, heads, d = x.shape
     batch = cu_seqlens.shape[0] - 1
@@ -158,9 +160,10 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     else:
         y_cols = 0
         y = torch.empty((total, heads, d), dtype=torch.float8_e4m3fn, device=x.device)
+    if cu_blocks is None:
+        cu_blocks = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # written by the kernel
     if total == 0 or batch == 0:
-        return y, scale, torch.zeros(batch + 1, dtype=torch.int32, device=x.device)
-    cu_blocks = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # written by the kernel
+        return y, scale, cu_blocks.zero_()
     if x.stride(-1) != 1:
         x = x.contiguous()
     tuned = PIPELINE.get((d, block, transpose), OTHER_TILES)

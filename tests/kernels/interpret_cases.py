@@ -141,13 +141,16 @@ def fp8_varlen_case(lens_q, lens_k, heads, kv_heads, d):
 
 def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
     """quantize_blocks against the reference (an empty sequence among them); `heads_major`: x is a (heads, tokens,
-    d) tensor seen as (tokens, heads, d), read in place."""
+    d) tensor seen as (tokens, heads, d), read in place. Transposed (V's), the tile offsets go into a tensor given
+    (as K's are), poisoned first."""
     cu = torch.tensor([0, 5, 5, 70, 103], dtype=torch.int32)
     x = (torch.randn(103, 3, d, generator=torch.Generator().manual_seed(d)) * 4).half()
     if heads_major:
         x = x.transpose(0, 1).contiguous().transpose(0, 1)
     block = fp8_blocks(d)[1]
-    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute, pow2_scale=transpose)
+    given = torch.full_like(cu, -7) if transpose else None
+    data, scale, cu_blocks = quantize_blocks(x, cu, 65, block, hadamard, transpose, permute, pow2_scale=transpose,
+                                             cu_blocks=given)
     ref_data, ref_scale = quantize_reference(x, cu, block, hadamard, transpose, pow2=transpose)
     used = int(cu_blocks[-1])
     if permute:
@@ -161,6 +164,7 @@ def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
         "max_ulps": ((a - b).abs() / ulp).max().item(),
         "mismatch_fraction": (a != b).float().mean().item(),
         "tile_offsets_match": bool(torch.equal(cu_blocks, block_offsets(cu, x.shape[0], block)[0])),
+        "tile_offsets_where_given": given is None or cu_blocks is given,
     }
 
 

@@ -85,7 +85,7 @@ def test_quantize_kernel_matches_reference(interpreted, case):
     assert r["scale_rel_err"] <= 1e-5
     assert r["max_ulps"] <= 1.0
     assert r["mismatch_fraction"] <= 0.01
-    assert r["tile_offsets_match"]
+    assert r["tile_offsets_match"] and r["tile_offsets_where_given"]
 
 
 @pytest.mark.parametrize("case", SPLIT_QUANT_IDS)

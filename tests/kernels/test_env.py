@@ -34,3 +34,14 @@ def test_nvcc_flags(monkeypatch):
     assert env.nvcc_flags() == ()
     monkeypatch.setenv("FA3FP8_NVCC_FLAGS", " -Xptxas=-warn-spills  -lineinfo ")
     assert env.nvcc_flags() == ("-Xptxas=-warn-spills", "-lineinfo")
+
+
+def test_interpreting_is_read_once_as_triton_reads_it(monkeypatch):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from fa3fp8 import quantize
+
+    first = env.interpreting()
+    assert first == isinstance(quantize._quantize_kernel, InterpretedFunction)  # decided when Triton decorated it
+    monkeypatch.setenv("TRITON_INTERPRET", "0" if first else "1")
+    assert env.interpreting() == first
