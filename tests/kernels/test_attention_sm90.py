@@ -94,6 +94,16 @@ TEMPLATE = re.compile(
 
 
 @needs_nvcc
+def test_library_exports_no_unique_symbols(ptxas_report):
+    # a template function's local static (the launchers' KernelFacts) would be a unique global ("u"), which the
+    # dynamic linker shares between two builds loaded in one process (benchmarks/kernel_ab.py): each launch would then
+    # trust the other build's "shared memory already allowed"
+    symbols = subprocess.run(["nm", "-D", str(cuda_build.cache_path())], capture_output=True, text=True, check=True)
+    assert "fa3fp8_attn_fwd" in symbols.stdout
+    assert [line for line in symbols.stdout.splitlines() if line.split()[-2:-1] == ["u"]] == []
+
+
+@needs_nvcc
 def test_default_variants_have_no_spills(ptxas_report):
     # the defaults of attention_sm90.LOOP on two consumers and FP8's 128-key tiles; FP8 d256's causal overlapped loop
     # spills a little (O takes 128 registers per thread) and still measured faster than the serial one, and three

@@ -1250,7 +1250,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
 
 // ------------------------------------------------------------------------------------------ host side
 
-inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {  // static: see launch()
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
   if (fn == nullptr) {
     cudaDriverEntryPointQueryResult status;
@@ -1434,9 +1434,12 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
                    from + segments, 0};
 }
 
+// static: internal linkage, so that its KernelFacts are this library's own. A template function's local static has
+// vague linkage otherwise, which the dynamic linker unifies across libraries loaded into one process (two builds of
+// this one in benchmarks/kernel_ab.py: the second then took the first's "already allowed" and failed to launch).
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT,
           int CLUSTER = 1, bool FOLD = false, bool WINDOW = false>
-cudaError_t launch(const Launch& l) {
+static cudaError_t launch(const Launch& l) {
   constexpr int BLOCK_M = CONSUMERS * WG_ROWS;
   constexpr int THREADS = 128 * (CONSUMERS + 1);
   auto kernel = attn_fwd<E, D, BLOCK_N, STAGES, CONSUMERS, CAUSAL, LOOP, OutT, CLUSTER, FOLD, WINDOW>;
