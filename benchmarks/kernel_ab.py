@@ -3,19 +3,23 @@
 compared bit for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
 
     python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--dtypes bf16,fp8] [--dims 128,256]
-                                   [--rounds 5] [--out DIR]
+                                   [--ragged 200,1000,...] [--rounds 5] [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/ with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
 revision's fa3fp8 on PYTHONPATH); where the entries' arguments have changed since, give the older source's entries
 the new signatures (ignoring what they do not use) before building it: its kernels stay as they were. An
 experiment built from the same source with FA3FP8_NVCC_FLAGS set is "new" under that setting (its library has a
-name of its own); where it changes rounding, the rows' max_abs_diff says by how much. Writes
-kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
+name of its own); where it changes rounding, the rows' max_abs_diff says by how much. `--ragged` adds packed
+batches of sequences of these lengths (a service's documents, most of them ending inside a row block), each dtype,
+head dim and mask through the public API (flash_attn_varlen_func; FP8: flash_attn_fp8_func on its packed bundle), as
+`S` 0 rows with their `lengths`. Writes kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
 """
 
 import argparse
 import datetime
+import functools
+import itertools
 import json
 import os
 import sys
@@ -24,8 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention as bench  # noqa: E402
+import fa3fp8  # noqa: E402
 import torch  # noqa: E402
 from fa3fp8 import attention_sm90, cuda_build  # noqa: E402
+from fa3fp8.gpu import sm_count  # noqa: E402
 from fa3fp8.testing import random_qkv  # noqa: E402
 
 TARGET_HEAD_DIMS = (128, 256)  # the head dims the speed targets name: a build switch is timed there unless asked
@@ -39,6 +45,41 @@ def cases(seqlens, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS):
                               causal_only=False, full_only=False, prefill_shape=False, tokens=bench.TOKENS)
     return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen, True))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
+
+
+def ragged_cases(lengths, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS, device="cuda"):
+    """(fp8, d, causal, settings, runner, flops) on packed sequences of `lengths` (queries as many as keys, heads as the
+    bench's hidden size gives them, as many KV heads): the public API's call, the settings it plans, its FLOPs; the
+    tensors are made on `device` as each case is reached."""
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    longest, total = max(lengths), sum(lengths)
+    for dtype, d, causal in itertools.product(dtypes, [d for d in dims if d in bench.CUDA_HEAD_DIMS], (False, True)):
+        fp8, heads = dtype == "fp8", bench.HIDDEN // d
+        q, k, v = (x[0] for x in random_qkv(1, total, total, heads, heads, d, torch.bfloat16, device, seed=d))
+        if fp8:
+            runner = functools.partial(fa3fp8.flash_attn_fp8_func, fa3fp8.quantize_qkv(q, k, v, True, cu, cu, longest,
+                                                                                       longest), causal)
+        else:
+            runner = functools.partial(fa3fp8.flash_attn_varlen_func, q, k, v, cu, cu, longest, longest, causal=causal)
+        launch = (len(lengths) * heads, longest, sm_count(q.device)) if q.is_cuda else None
+        settings = attention_sm90.best_settings(d, fp8, causal, longest, launch=launch)
+        yield fp8, d, causal, settings, runner, sum(bench.flops(1, heads, n, d, causal) for n in lengths)
+
+
+def ab_row(kernel, libs, flops, rounds, **fields):
+    """One row of `fields`: `kernel` run on each of `libs` ({"old": ..., "new": ...}), the outputs compared, its TFLOPS
+    (`flops` a call) on each, medians of `rounds` interleaved rounds; printed as it is made."""
+    runners = {tag: on_library(lib, kernel) for tag, lib in libs.items()}
+    identical, max_abs_diff = compare(runners["old"](), runners["new"]())
+    runs = interleaved(runners, rounds, lambda run: flops / bench.timed(run) / 1e9)
+    median = {tag: sorted(r)[len(r) // 2] for tag, r in runs.items()}
+    row = dict(**fields, identical=identical, max_abs_diff=max_abs_diff,
+               old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),
+               old_runs=[round(x, 1) for x in runs["old"]], new_runs=[round(x, 1) for x in runs["new"]])
+    print(f"{label(row).replace(chr(10), ' '):24s} old {median['old']:7.1f} new {median['new']:7.1f} TFLOPS "
+          f"({median['new'] / median['old']:.3f}x) "
+          f"{'identical' if identical else f'OUTPUTS DIFFER by {max_abs_diff:.2e}'}  {row['settings']}", flush=True)
+    return row
 
 
 def on_library(lib, fn):
@@ -64,6 +105,12 @@ def compare(old, new):
     return torch.equal(old, new), (old.float() - new.float()).abs().max().item()
 
 
+def label(row):
+    """A row's shape in a few words: dtype, head dim, mask, and S or "ragged"."""
+    shape = f"S{row['S'] // 1024}K" if row["S"] else "ragged"
+    return f"{row['dtype']} d{row['d']}\n{'causal' if row['causal'] else 'full'} {shape}"
+
+
 def plot(rows, path):
     """new / old TFLOPS per shape, one bar each."""
     import matplotlib
@@ -75,8 +122,7 @@ def plot(rows, path):
     ax.bar(range(len(rows)), [r["new_tflops"] / r["old_tflops"] for r in rows])
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{r['dtype']} d{r['d']}\n{'causal' if r['causal'] else 'full'} S{r['S'] // 1024}K"
-                        for r in rows], fontsize=7)
+    ax.set_xticklabels([label(r) for r in rows], fontsize=7)
     ax.set_ylabel("new / old TFLOPS")
     low = min(r["new_tflops"] / r["old_tflops"] for r in rows)
     high = max(r["new_tflops"] / r["old_tflops"] for r in rows)
@@ -93,6 +139,8 @@ def main():
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"], help="bf16 and/or fp8")
     parser.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=list(TARGET_HEAD_DIMS),
                         help="head dims (of the CUDA kernel's; default those of the speed targets)")
+    parser.add_argument("--ragged", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                        help="lengths of packed sequences to time as well, through the public API")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
@@ -103,20 +151,13 @@ def main():
         q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
         bundles = bench.fp8_bundles(q, k, v) if fp8 else None
         kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
-        runners = {tag: on_library(lib, kernel) for tag, lib in libs.items()}
-        identical, max_abs_diff = compare(runners["old"](), runners["new"]())
-        runs = interleaved(runners, args.rounds,
-                           lambda run: bench.flops(batch, heads, seqlen, d, causal) / bench.timed(run) / 1e9)
-        median = {tag: sorted(r)[len(r) // 2] for tag, r in runs.items()}
-        rows.append(dict(dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings,
-                         identical=identical, max_abs_diff=max_abs_diff,
-                         old_tflops=round(median["old"], 1), new_tflops=round(median["new"], 1),
-                         old_runs=[round(x, 1) for x in runs["old"]], new_runs=[round(x, 1) for x in runs["new"]]))
-        print(f"{rows[-1]['dtype']:4s} d{d:<3d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
-              f"old {median['old']:7.1f} new {median['new']:7.1f} TFLOPS ({median['new'] / median['old']:.3f}x) "
-              f"{'identical' if identical else f'OUTPUTS DIFFER by {max_abs_diff:.2e}'}  {settings}", flush=True)
-        del q, k, v, bundles
+        rows.append(ab_row(kernel, libs, bench.flops(batch, heads, seqlen, d, causal), args.rounds,
+                           dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings))
+        del q, k, v, bundles, kernel
         torch.cuda.empty_cache()
+    for fp8, d, causal, settings, kernel, flops in ragged_cases(args.ragged, args.dtypes, args.dims):
+        rows.append(ab_row(kernel, libs, flops, args.rounds, dtype="fp8" if fp8 else "bf16", d=d, S=0,
+                           lengths=args.ragged, causal=causal, settings=settings))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name()

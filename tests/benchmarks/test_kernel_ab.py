@@ -53,3 +53,37 @@ def test_plot_writes_a_png(ab, tmp_path):
             for c, t in ((False, 510.0), (True, 490.0))]
     ab.plot(rows, tmp_path / "ab.png")
     assert (tmp_path / "ab.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_label_names_the_shape_or_a_ragged_batch(ab):
+    assert ab.label(dict(dtype="bf16", d=128, S=4096, causal=False)) == "bf16 d128\nfull S4K"
+    assert ab.label(dict(dtype="fp8", d=64, S=0, causal=True)) == "fp8 d64\ncausal ragged"
+
+
+def test_ragged_cases_call_the_public_api_on_the_packed_sequences(ab):
+    lengths = [5, 70, 33]
+    cases = list(ab.ragged_cases(lengths, dims=[64, 96], device="cpu"))  # no CUDA kernel at d96
+    assert [(fp8, d, causal) for fp8, d, causal, *_ in cases] == [
+        (fp8, 64, causal) for fp8 in (False, True) for causal in (False, True)
+    ]
+    for fp8, d, causal, settings, runner, flops in cases:
+        heads = 2048 // d
+        assert runner().shape == (sum(lengths), heads, d)  # the reference serves on the CPU
+        assert flops == sum(4 * heads * n * n * d / (2 if causal else 1) for n in lengths)
+        assert settings == attention_sm90.best_settings(d, fp8, causal, max(lengths))
+
+
+def test_a_row_compares_the_outputs_and_times_each_library(ab, monkeypatch):
+    monkeypatch.setattr(cuda_build, "load", cuda_build.load)  # restored after the test
+    # a call takes 2 ms on the old library, 1 on the new (run() points cuda_build.load at its library)
+    def timed(run):
+        run()
+        return 2.0 if cuda_build.load() == "old" else 1.0
+
+    monkeypatch.setattr(ab.bench, "timed", timed)
+    out = {"old": torch.ones(3), "new": torch.tensor([1.0, 1.0, 1.5])}
+    row = ab.ab_row(lambda: out[cuda_build.load()], {"old": "old", "new": "new"}, 4e12, 3,
+                    dtype="bf16", d=128, S=4096, causal=False, settings={})
+    assert (row["identical"], row["max_abs_diff"]) == (False, 0.5)
+    assert (row["old_tflops"], row["new_tflops"]) == (2000.0, 4000.0) and row["new_runs"] == [4000.0] * 3
+    assert row["d"] == 128 and row["settings"] == {}
