@@ -50,7 +50,9 @@ def cases(seqlens, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS):
 def ragged_cases(lengths, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS, device="cuda"):
     """(fp8, d, causal, settings, runner, flops) on packed sequences of `lengths` (queries as many as keys, heads as the
     bench's hidden size gives them, as many KV heads): the public API's call, the settings it plans, its FLOPs; the
-    tensors are made on `device` as each case is reached."""
+    tensors are made on `device` as each case is reached. No lengths, no cases."""
+    if not lengths:
+        return
     cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
     longest, total = max(lengths), sum(lengths)
     for dtype, d, causal in itertools.product(dtypes, [d for d in dims if d in bench.CUDA_HEAD_DIMS], (False, True)):

@@ -66,6 +66,7 @@ def test_ragged_cases_call_the_public_api_on_the_packed_sequences(ab):
     assert [(fp8, d, causal) for fp8, d, causal, *_ in cases] == [
         (fp8, 64, causal) for fp8 in (False, True) for causal in (False, True)
     ]
+    assert list(ab.ragged_cases([], device="cpu")) == []  # the default: dense shapes only
     for fp8, d, causal, settings, runner, flops in cases:
         heads = 2048 // d
         assert runner().shape == (sum(lengths), heads, d)  # the reference serves on the CPU
