@@ -807,6 +807,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
+  // warpgroups whose rows all lie past the sequence's end skip their products (below); at d64 only in FP8 folds
+  // (+2.7%): ptxas scheduled d64's other loops worse with the skip in them, and spilled in the BF16 causal ones (H100,
+  // session 38, kernel_ab: BF16 causal S16K -2.2%, FP8 full S4K -1.3%), while d128 and d256 gained up to 4%
+  constexpr bool SKIP_IDLE = D != 64 || (E::FP8 && FOLD);
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
@@ -911,6 +915,41 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
+    // ring slot and phase of this work tile's K/V tile j
+    auto slot = [&](int j) { return (tiles + j) % STAGES; };
+    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
+    auto release = [&](uint64_t* empty, int j) {
+      if (lane == 0) {
+        mbar_arrive(&empty[slot(j)]);
+        if constexpr (CLUSTER == 2) mbar_arrive_cluster(&empty[slot(j)], rank ^ 1);
+      }
+    };
+    // Q's last reader is this work tile's last Q·Kᵀ: once that is done, the producer may load the next work tile's Q
+    // and first K/V tiles under the last softmax, P·V and epilogue. H200, session 11, against releasing Q after the
+    // epilogue: +1-2% for the folds at S4K, BF16 d256 +0.1-1.7%, the rest level; pairs of CTAs release it after the
+    // epilogue still (BF16 d128 paired lost 1.5-2% at S8K and S16K in two runs, not understood)
+    auto release_q_after = [&](int j) {
+      if (CLUSTER == 1 && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
+    };
+    if (SKIP_IDLE && wg_m0 >= t.seqlen_q) {
+      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups): no products
+      // and no epilogue, only the ring's barriers, each tile released once it has landed so that the arrivals keep
+      // their phases; the warpgroups with rows then have the tensor cores to themselves. It leaves before O is set
+      // up: inside the loop's branches, ptxas zeroed O twice and rescheduled the 16-bit loops (BF16 d256 causal folds
+      // -5.6% at S4K, H100, session 37)
+      mbar_wait(&sm.q_full, items & 1);
+      for (int j = 0; j < n_tiles; ++j) {
+        mbar_wait(&sm.k_full[slot(j)], phase(j));
+        release(sm.k_empty, j);
+        release_q_after(j);
+        mbar_wait(&sm.v_full[slot(j)], phase(j));
+        release(sm.v_empty, j);
+      }
+      if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
+      tiles += n_tiles;
+      ++items;
+      continue;
+    }
     float qk_scale = p.qk_scale_log2;
     const float* k_scale = nullptr;  // FP8: this sequence's per-block K and V scales, kv_blocks of them
     const float* v_scale = nullptr;
@@ -981,22 +1020,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto rescale = [&]() {
       if (moved) scale_o<D>(o, alpha);
     };
-    // ring slot and phase of this work tile's K/V tile j
-    auto slot = [&](int j) { return (tiles + j) % STAGES; };
-    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
-    auto release = [&](uint64_t* empty, int j) {
-      if (lane == 0) {
-        mbar_arrive(&empty[slot(j)]);
-        if constexpr (CLUSTER == 2) mbar_arrive_cluster(&empty[slot(j)], rank ^ 1);
-      }
-    };
-    // Q's last reader is this work tile's last Q·Kᵀ: once that is done, the producer may load the next work tile's Q
-    // and first K/V tiles under the last softmax, P·V and epilogue. H200, session 11, against releasing Q after the
-    // epilogue: +1-2% for the folds at S4K, BF16 d256 +0.1-1.7%, the rest level; pairs of CTAs release it after the
-    // epilogue still (BF16 d128 paired lost 1.5-2% at S8K and S16K in two runs, not understood)
-    auto release_q_after = [&](int j) {
-      if (CLUSTER == 1 && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
-    };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
       fence_regs(pa);
@@ -1025,20 +1048,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    if (E::FP8 && wg_m0 >= t.seqlen_q) {
-      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups): no products,
-      // only the ring's barriers, each tile released once it has landed so that the arrivals keep their phases; the
-      // warpgroups with rows then have the tensor cores to themselves. FP8 only: the 16-bit kernels ran up to 5.6%
-      // slower with it (H100, session 37, kernel_ab: BF16 d256 causal folds at S4K, where no row block passes the
-      // end; ptxas schedules their loops differently), FP8 d128 1-2.5% faster (S16K without a mask, ragged batches)
-      for (int j = 0; j < n_tiles; ++j) {
-        mbar_wait(&sm.k_full[slot(j)], phase(j));
-        release(sm.k_empty, j);
-        release_q_after(j);
-        mbar_wait(&sm.v_full[slot(j)], phase(j));
-        release(sm.v_empty, j);
-      }
-    } else if (LOOP == OVERLAP) {
+    if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
