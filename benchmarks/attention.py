@@ -1,7 +1,7 @@
 """Attention forward benchmark: fa3fp8 (bf16, fp8 kernel-only, fp8 + quantization) beside SDPA's cuDNN and flash
 backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable), on one GPU.
 
-    python benchmarks/attention.py bench [--quick] [--out DIR]   # table, JSON and PNG
+    python benchmarks/attention.py bench [--quick | --seqlens 4096,16384] [--out DIR]   # table, JSON and PNG
     python benchmarks/attention.py sweep [--out DIR]             # every kept config: checked, timed, SASS facts
     python benchmarks/attention.py kernels [--seqlens 4096,16384] [--prefill-shape] [--out DIR]
                                           # the forward kernels side by side, S=16K by default
@@ -166,7 +166,7 @@ def cudnn_fp8_peer(q, k, v, causal, where):
 
 def bench(args):
     rows, table = [], []
-    seqlens = (1024, 16384) if args.quick else SEQLENS
+    seqlens = args.seqlens if args.seqlens is not None else (1024, 16384) if args.quick else SEQLENS
     gpu = torch.cuda.get_device_name()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -460,7 +460,7 @@ def kernel_cases(args):
     cases = []
     for fp8 in [fp8 for fp8 in (False, True) if ("fp8" if fp8 else "bf16") in args.dtypes]:
         for d in [d for d in args.dims if d in CUDA_HEAD_DIMS]:
-            for seqlen in args.seqlens:
+            for seqlen in [16384] if args.seqlens is None else args.seqlens:
                 batch, heads = shape_for(seqlen, d, args.tokens)
                 cases += [(fp8, d, causal, seqlen, batch, heads, heads) for causal in (False, True)
                           if not (args.full_only if causal else args.causal_only)]
@@ -563,8 +563,8 @@ def main():
                         help="kernels: also the 128K prefill's causal FP8 attention (one sequence, 32 / 8 heads, d128)")
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["bf16", "fp8"],
                         help="kernels: bf16 and/or fp8, comma-separated")
-    parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=[16384],
-                        help="kernels: sequence lengths, comma-separated")
+    parser.add_argument("--seqlens", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                        help="bench, kernels: sequence lengths, comma-separated (default: bench 1K-64K, kernels 16K)")
     parser.add_argument("--tokens", type=int, default=TOKENS,
                         help="kernels: tokens per batch (default 16K; 32768: batch 2 at S16K, 8 at S4K)")
     group = parser.add_mutually_exclusive_group()

@@ -44,9 +44,9 @@ fi
 if [[ "$steps" == *" sweep-fp8 "* ]]; then
     python3 benchmarks/attention.py sweep --out "$OUT" --fp8-only 2>&1 | tee "$OUT/sweep-fp8.log" | tail -30 || status=1
 fi
-if [[ "$steps" == *" bench "* ]]; then
+if [[ "$steps" == *" bench "* ]]; then  # BENCH_ARGS: more of the bench's options (e.g. --seqlens 4096,16384)
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
-    python3 benchmarks/attention.py bench --out "$OUT" $quick 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+    python3 benchmarks/attention.py bench --out "$OUT" $quick ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
 fi
 if [[ "$steps" == *" few "* ]]; then  # a few queries over a long context (FEW_ARGS: more of few_queries.py's options)
     python3 benchmarks/few_queries.py --out "$OUT" ${FEW_ARGS:-} 2>&1 | tee "$OUT/few-queries.log" | tail -30 || status=1
