@@ -7,18 +7,20 @@ One layer's Q (with the Hadamard rotation), K (likewise) and V (transposed, keys
 `quantize_qkv` runs them: Llama-3.1-8B's attention (32 query heads, 8 KV heads, d 128) at a 128K one-pass prefill
 and at an 8K chunk, and the attention benchmark's S16K shapes (16 heads of d128, 8 of d256). Inputs are (batch,
 heads, seq, d) tensors seen as (tokens, heads, d), as transformers hands them to attention ("heads-major", read in
-place), or contiguous (tokens, heads, d). Whole layers: the defaults, "per-tile" (one program per tile without a
-pipeline, as the quantizer first ran), "per-tile+copy" (with the `.contiguous()` copy the heads-major input needed
-then) and "no Hadamard" (`hadamard=False`), with two times: `ms`, the median of triton.testing.do_bench
-(back-to-back calls on the stream; where the host takes longer to enqueue the three launches than the GPU to run
-them, this is host time), and `gpu_ms`, the mean over replays of a CUDA graph of the same calls (GPU time alone),
-which GB/s and the ratio to the copy's rate are from. Then each part alone under every setting of its head dim
-(programs per SM, pipeline stages, warps: quantize.PIPELINE's choices come from here), in GPU time, its output
-checked bit for bit against the defaults'. `--out DIR` writes quantize-<gpu>-<date>.json and a PNG there.
+place), or contiguous (tokens, heads, d). Whole layers: the default (the three parts in one launch), that launch
+at each number of warps, "three launches" (a launch per part, as before session 38), "per-tile" (a launch per part,
+one program per tile without a pipeline, as the quantizer first ran), "per-tile+copy" (with the `.contiguous()` copy
+the heads-major input needed then) and "no Hadamard" (`hadamard=False`), with two times: `ms`, the median of
+triton.testing.do_bench (back-to-back calls on the stream; where the host takes longer to enqueue the launches than
+the GPU to run them, this is host time), and `gpu_ms`, the mean over replays of a CUDA graph of the same calls
+(GPU time alone), which GB/s and the ratio to the copy's rate are from. Then each part alone under every setting of
+its head dim (programs per SM, pipeline stages, warps: quantize.PIPELINE's choices come from here), in GPU time, its
+output checked bit for bit against the defaults'. `--out DIR` writes quantize-<gpu>-<date>.json and a PNG there.
 """
 
 import argparse
 import datetime
+import functools
 import json
 import sys
 from pathlib import Path
@@ -46,6 +48,7 @@ SETTINGS = {
     256: [(p, s, w) for p in (1, 2, 4) for s in (1, 2) for w in (4, 8, 16)],
 }
 PER_TILE = 1 << 20  # programs per SM past any tile count: one program per tile
+ONE_LAUNCH_WARPS = {128: (4, 8), 256: (8, 16)}  # head dim -> warps the one launch of a layer is timed with
 
 
 def gpu_time(fn) -> float:
@@ -83,9 +86,17 @@ def quantize_part(part, x, cu, setting=None, copy=False, hadamard=True):
     return quantize.quantize_blocks(x, cu, x.shape[0], block_m if part == "Q" else block_n, hadamard, **grid)
 
 
-def quantize_layer(q, k, v, cu, setting=None, copy=False, hadamard=True):
-    """The three parts of one layer, as quantize_qkv runs them: their outputs, Q's, K's and V's."""
+def quantize_apart(q, k, v, cu, setting=None, copy=False, hadamard=True):
+    """The three parts of one layer, a launch each: their outputs, Q's, K's and V's."""
     return [quantize_part(part, x, cu, setting, copy, hadamard) for part, x in zip(PARTS, (q, k, v))]
+
+
+def quantize_layer(q, k, v, cu, num_warps=None, hadamard=True):
+    """The three parts of one layer in one launch, as quantize_qkv runs them (`num_warps` None: the quantizer's):
+    their outputs, Q's, K's and V's."""
+    block_m, block_n = fp8_blocks(q.shape[-1])
+    tokens = q.shape[0]
+    return quantize.quantize_qkv_blocks(q, k, v, cu, cu, tokens, tokens, block_m, block_n, hadamard, True, num_warps)
 
 
 def same_output(part, a, b) -> bool:
@@ -106,7 +117,8 @@ def layer_bytes(x, block) -> int:
 
 
 def bench_layers(rows, table):
-    """Each shape's whole layer, heads-major and contiguous: a copy, the defaults, one program per tile, no Hadamard."""
+    """Each shape's whole layer, heads-major and contiguous: a copy, one launch (at each warps setting), a launch per
+    part, one program per tile, no Hadamard."""
     for shape, (tokens, heads, kv_heads, d) in SHAPES.items():
         cu = torch.tensor([0, tokens], dtype=torch.int32, device="cuda")
         block_m, block_n = fp8_blocks(d)
@@ -120,21 +132,23 @@ def bench_layers(rows, table):
                          "gpu_ms": round(copy_gpu_ms, 4), "gbps": round(copy_gbps, 1)})
             default = quantize_layer(q, k, v, cu)
             per_tile = (PER_TILE, 1, 8)  # 8 warps, as the quantizer had them then
-            variants = [("default", None, False, True), ("per-tile", per_tile, False, True)]
+            variants = [("default", lambda: quantize_layer(q, k, v, cu))]
+            variants += [(f"one launch, {w} warps", functools.partial(quantize_layer, q, k, v, cu, w))
+                         for w in ONE_LAUNCH_WARPS[d]]
+            variants += [("three launches", lambda: quantize_apart(q, k, v, cu)),
+                         ("per-tile", lambda: quantize_apart(q, k, v, cu, per_tile))]
             if heads_major:
-                variants.append(("per-tile+copy", per_tile, True, True))
-            variants.append(("no Hadamard", None, False, False))
-            for name, setting, copy, hadamard in variants:
-                def run():
-                    return quantize_layer(q, k, v, cu, setting, copy, hadamard)
-
+                variants.append(("per-tile+copy", lambda: quantize_apart(q, k, v, cu, per_tile, copy=True)))
+            variants.append(("no Hadamard", lambda: quantize_layer(q, k, v, cu, hadamard=False)))
+            for name, run in variants:
+                hadamard = name != "no Hadamard"
                 ms, gpu_ms = timed(run)
                 gbps = nbytes / (gpu_ms * 1e-3) / 1e9
                 exact = all(map(same_output, PARTS, run(), default)) if hadamard else None  # other data
                 rows.append({"shape": shape, "layout": layout, "part": "layer", "impl": name, "ms": round(ms, 4),
                              "gpu_ms": round(gpu_ms, 4), "gbps": round(gbps, 1), "vs_copy": round(gbps / copy_gbps, 3),
                              "exact": exact})
-                table.append(f"{shape:28s} {layout:11s} {name:14s} {ms:8.3f} ms {gpu_ms:8.3f} ms GPU {gbps:7.0f} GB/s "
+                table.append(f"{shape:28s} {layout:11s} {name:20s} {ms:8.3f} ms {gpu_ms:8.3f} ms GPU {gbps:7.0f} GB/s "
                              f"{gbps / copy_gbps:5.2f}x copy{'  MISMATCH' if exact is False else ''}")
             del q, k, v
 

@@ -103,12 +103,10 @@ def _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard):
 
 def _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v):
     if _use_triton(k):
-        from .quantize import quantize_blocks
+        from .quantize import quantize_qkv_blocks
 
-        k8, k_scale, cu_blocks_k = quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard)
-        v8t, v_scale, _ = quantize_blocks(
-            v, cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True, permute=permute_v,
-            pow2_scale=True, cu_blocks=cu_blocks_k,
+        _, (k8, k_scale, cu_blocks_k), (v8t, v_scale, _) = quantize_qkv_blocks(
+            None, k, v, None, cu_seqlens_k, None, max_seqlen_k, None, block_n, hadamard, permute_v
         )
         return k8, v8t, k_scale, v_scale, cu_blocks_k
     k8, v8t, k_scale, v_scale = quantize_kv_reference(k, v, cu_seqlens_k, block_n, hadamard)
@@ -118,6 +116,13 @@ def _quantize_kv_impl(k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permu
 
 def _quantize_qkv_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
                        permute_v):
+    if _use_triton(q):
+        from .quantize import quantize_qkv_blocks
+
+        (q8, q_scale, cu_blocks_q), (k8, k_scale, cu_blocks_k), (v8t, v_scale, _) = quantize_qkv_blocks(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard, permute_v
+        )
+        return q8, k8, v8t, q_scale, k_scale, v_scale, cu_blocks_q, cu_blocks_k
     q8, q_scale, cu_blocks_q = _quantize_q_impl(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
     k8, v8t, k_scale, v_scale, cu_blocks_k = _quantize_kv_impl(
         k, v, cu_seqlens_k, max_seqlen_k, block_n, hadamard, permute_v

@@ -10,7 +10,9 @@ of one head with a stride, a few programs per SM in all, so that it loads the Ha
 programs' loads overlap its work (or, pipelined, its own next tiles'). The input may be any (token, head) strided view
 with contiguous rows, such as the (batch, heads, seq, d) tensor transformers hands attention, transposed: it is read
 in place. GPU time on the H200 (benchmarks/quantize.py), one layer's Q, K and V (d128): 0.623 ms at 128K tokens (32 /
-8 heads), 0.090 ms at 16K (16 / 16 heads), 0.051 ms at 8K (32 / 8): 0.78-1.24x a plain copy's byte rate.
+8 heads), 0.090 ms at 16K (16 / 16 heads), 0.051 ms at 8K (32 / 8): 0.78-1.24x a plain copy's byte rate. quantize_qkv
+runs its three parts in one launch (quantize_qkv_blocks): a launch costs the host ~25-30 us, and one grid also lets
+one part's programs fill the SMs that another's last round leaves idle.
 """
 
 import torch
@@ -37,6 +39,11 @@ PIPELINE = {
     (256, 128, False): (1, 2, 8), (256, 128, True): (1, 1, 16),
 }
 OTHER_TILES = (4, 1, 4)  # tiles PIPELINE does not list: the interpreter's small ones, where these do not matter
+# head dim -> warps of quantize_qkv_blocks' one launch of the three parts. H100, session 38 (benchmarks/quantize.py,
+# GPU time of a layer, heads-major): d128 4 and 8 warps level, 0.827 / 0.055 / 0.104 ms at 128K / 8K (32 / 8 heads) /
+# 16K (16 / 16) against 0.874 / 0.065 / 0.114 in a launch per part; d256 8 warps 0.125 ms at 16K (8 / 8), 16 warps
+# 0.151, a launch per part 0.135. d64: untimed
+ONE_LAUNCH_WARPS = {64: 4, 128: 8, 256: 8}
 
 
 @triton.jit
@@ -64,28 +71,30 @@ def _tiles_before(CU, b, BLOCK: tl.constexpr, CHUNK: tl.constexpr = 128):
 
 
 @triton.jit
-def _quantize_kernel(
-    X, Y, SCALE, SIGNS, H, CU, CU_B, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
+def _quantize_tiles(
+    X, Y, SCALE, SIGNS, H, CU, CU_B, pid, programs, h, b, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
     HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
-    PERMUTE: tl.constexpr, POW2_SCALE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    PERMUTE: tl.constexpr, POW2_SCALE: tl.constexpr, WRITE_CU_B: tl.constexpr, FP8_MAX: tl.constexpr,
+    ROUND_FIRST: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
-    h = tl.program_id(1)
-    b = tl.program_id(2)
+    """Tiles pid, pid + programs, ... of sequence b, head h of X: rotated (HADAMARD), scaled and written as e4m3 to
+    Y (TRANSPOSE: tile by tile as (D, BLOCK)), each tile's scale to SCALE; with WRITE_CU_B, program 0 of head 0 writes
+    the sequence's tile offset to CU_B."""
     start = tl.load(CU + b)
     seqlen = tl.load(CU + b + 1) - start
     first_tile = _tiles_before(CU, b, BLOCK)
-    if (tl.program_id(0) == 0) & (h == 0):  # the tile offsets (cu_blocks) without a cumulative sum on the host
-        tl.store(CU_B + b + 1, first_tile + tl.cdiv(seqlen, BLOCK))
-        if b == 0:
-            tl.store(CU_B, 0)
+    if WRITE_CU_B:
+        if (pid == 0) & (h == 0):  # the tile offsets (cu_blocks) without a cumulative sum on the host
+            tl.store(CU_B + b + 1, first_tile + tl.cdiv(seqlen, BLOCK))
+            if b == 0:
+                tl.store(CU_B, 0)
     HALF: tl.constexpr = D // 2
     offs_d = tl.arange(0, HALF)  # each row in two halves, lo and hi
     if HADAMARD:
         sylvester_half = tl.load(H + offs_d[:, None] * HALF + offs_d[None, :])
         signs_lo = tl.load(SIGNS + offs_d)[None, :]
         signs_hi = tl.load(SIGNS + HALF + offs_d)[None, :]
-    for blk in tl.range(tl.program_id(0), tl.cdiv(seqlen, BLOCK), tl.num_programs(0), num_stages=NUM_STAGES):
+    for blk in tl.range(pid, tl.cdiv(seqlen, BLOCK), programs, num_stages=NUM_STAGES):
         rows = tl.arange(0, BLOCK)
         if PERMUTE:
             # row i of the tile is the key stored at position i (the inverse of fp8_layout.v_key_positions), so the
@@ -128,12 +137,79 @@ def _quantize_kernel(
         tl.store(SCALE + h * n_blocks + tile, scale)
 
 
+@triton.jit
+def _quantize_kernel(
+    X, Y, SCALE, SIGNS, H, CU, CU_B, stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d,
+    HX: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, HADAMARD: tl.constexpr, TRANSPOSE: tl.constexpr,
+    PERMUTE: tl.constexpr, POW2_SCALE: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """One part: grid (programs per (sequence, head), heads, sequences)."""
+    _quantize_tiles(
+        X, Y, SCALE, SIGNS, H, CU, CU_B, tl.program_id(0), tl.num_programs(0), tl.program_id(1), tl.program_id(2),
+        stride_t, stride_h, y_cols, n_blocks, inv_sqrt_d, HX, D, BLOCK, HADAMARD, TRANSPOSE, PERMUTE, POW2_SCALE, True,
+        FP8_MAX, ROUND_FIRST, NUM_STAGES,
+    )
+
+
+@triton.jit
+def _quantize_qkv_kernel(
+    Q, K, V, Q8, K8, V8T, Q_SCALE, K_SCALE, V_SCALE, SIGNS, H, CU_Q, CU_K, CU_BQ, CU_BK,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, programs_q, programs_k, programs_v,
+    n_blocks_q, n_blocks_k, v_cols, inv_sqrt_d,
+    HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HADAMARD: tl.constexpr, PERMUTE_V: tl.constexpr, FP8_MAX: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    STAGES_Q: tl.constexpr, STAGES_K: tl.constexpr, STAGES_V: tl.constexpr,
+):
+    """Q (HQ heads; none where HQ is 0), K and V in one launch: grid (the most programs per (sequence, head) of the
+    three parts, HQ + 2 HK, sequences); axis 1 picks the part and its head, and each part keeps its own program
+    count and pipeline. V writes no tile offsets: they are K's."""
+    pid = tl.program_id(0)
+    hh = tl.program_id(1)
+    b = tl.program_id(2)
+    if hh < HQ:
+        if pid < programs_q:
+            _quantize_tiles(
+                Q, Q8, Q_SCALE, SIGNS, H, CU_Q, CU_BQ, pid, programs_q, hh, b, stride_qt, stride_qh, 0, n_blocks_q,
+                inv_sqrt_d, HQ, D, BLOCK_M, HADAMARD, False, False, False, True, FP8_MAX, ROUND_FIRST, STAGES_Q,
+            )
+    elif hh < HQ + HK:
+        if pid < programs_k:
+            _quantize_tiles(
+                K, K8, K_SCALE, SIGNS, H, CU_K, CU_BK, pid, programs_k, hh - HQ, b, stride_kt, stride_kh, 0,
+                n_blocks_k, inv_sqrt_d, HK, D, BLOCK_N, HADAMARD, False, False, False, True, FP8_MAX, ROUND_FIRST,
+                STAGES_K,
+            )
+    elif pid < programs_v:
+        _quantize_tiles(
+            V, V8T, V_SCALE, SIGNS, H, CU_K, CU_BK, pid, programs_v, hh - HQ - HK, b, stride_vt, stride_vh, v_cols,
+            n_blocks_k, inv_sqrt_d, HK, D, BLOCK_N, False, True, PERMUTE_V, True, False, FP8_MAX, ROUND_FIRST,
+            STAGES_V,
+        )
+
+
 def _programs_per_sequence(x: torch.Tensor, tiles: int, heads_x_batch: int, programs_per_sm: int) -> int:
     """Programs per (sequence, head) so that the grid holds about programs_per_sm per SM (at least one per
     (sequence, head), at most one per tile). The interpreter runs one, which walks all its tiles."""
     if x.device.type != "cuda":
         return 1
     return max(1, min(tiles, sm_count(x.device) * programs_per_sm // heads_x_batch))
+
+
+def _settings(d, block, transpose, programs_per_sm=None, stages=None, num_warps=None):
+    """(programs per SM, stages, warps): those given, else PIPELINE's for this head dim, tile and layout."""
+    tuned = PIPELINE.get((d, block, transpose), OTHER_TILES)
+    given = (programs_per_sm, stages, num_warps)
+    return tuple(default if value is None else value for value, default in zip(given, tuned))
+
+
+def _outputs(x, batch, block, transpose):
+    """Empty e4m3 data (T, H, D), or (H, D, n_blocks * block) with `transpose`, and fp32 scales (H, n_blocks)."""
+    total, heads, d = x.shape
+    n_blocks = tile_bound(total, block, batch)
+    scale = torch.empty((heads, n_blocks), dtype=torch.float32, device=x.device)
+    shape = (heads, d, n_blocks * block) if transpose else (total, heads, d)
+    return torch.empty(shape, dtype=torch.float8_e4m3fn, device=x.device), scale
 
 
 def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False, permute=False, pow2_scale=False,
@@ -152,30 +228,66 @@ def quantize_blocks(x, cu_seqlens, max_seqlen, block, hadamard, transpose=False,
     """
     total, heads, d = x.shape
     batch = cu_seqlens.shape[0] - 1
-    n_blocks = tile_bound(total, block, batch)
-    scale = torch.empty((heads, n_blocks), dtype=torch.float32, device=x.device)
-    if transpose:
-        y_cols = n_blocks * block
-        y = torch.empty((heads, d, y_cols), dtype=torch.float8_e4m3fn, device=x.device)
-    else:
-        y_cols = 0
-        y = torch.empty((total, heads, d), dtype=torch.float8_e4m3fn, device=x.device)
+    y, scale = _outputs(x, batch, block, transpose)
     if cu_blocks is None:
         cu_blocks = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # written by the kernel
     if total == 0 or batch == 0:
         return y, scale, cu_blocks.zero_()
     if x.stride(-1) != 1:
         x = x.contiguous()
-    tuned = PIPELINE.get((d, block, transpose), OTHER_TILES)
-    programs_per_sm, stages, num_warps = (
-        default if given is None else given for given, default in zip((programs_per_sm, stages, num_warps), tuned)
-    )
+    programs_per_sm, stages, num_warps = _settings(d, block, transpose, programs_per_sm, stages, num_warps)
     device = str(x.device)
     grid = (_programs_per_sequence(x, triton.cdiv(max_seqlen, block), heads * batch, programs_per_sm), heads, batch)
     _quantize_kernel[grid](
         x, y, scale, signs(d, x.dtype, device), sylvester(d // 2, x.dtype, device), cu_seqlens, cu_blocks,
-        x.stride(0), x.stride(1), y_cols, n_blocks, d**-0.5,
+        x.stride(0), x.stride(1), y.shape[-1] if transpose else 0, scale.shape[1], d**-0.5,
         HX=heads, D=d, BLOCK=block, HADAMARD=hadamard, TRANSPOSE=transpose, PERMUTE=permute, POW2_SCALE=pow2_scale,
         FP8_MAX=E4M3_MAX, ROUND_FIRST=env.interpreting(), NUM_STAGES=stages, num_warps=num_warps,
     )
     return y, scale, cu_blocks
+
+
+def quantize_qkv_blocks(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_m, block_n, hadamard,
+                        permute_v, num_warps=None):
+    """Q (None: K and V only), K and V as quantize_qkv quantizes them, in one launch: Q in `block_m`-row tiles and K
+    in `block_n`-row ones, rotated with `hadamard`; V transposed in `block_n`-row tiles with power-of-two scales, its
+    keys permuted with `permute_v`. Each part keeps PIPELINE's programs per SM and stages; `num_warps` (None:
+    ONE_LAUNCH_WARPS') is the launch's. A launch costs the host ~25-30 us: at an 8K chunk (d128, 32 / 8 heads) the
+    three parts take ~55 us of GPU time (H100), less than three launches take the host.
+
+    Returns Q's (data, scales, tile offsets) or None, K's, and V's (V's tile offsets are K's tensor), each as
+    quantize_blocks returns them.
+    """
+    batch = cu_seqlens_k.shape[0] - 1
+    if batch == 0 or k.shape[0] == 0 or (q is not None and q.shape[0] == 0):  # quantize_blocks zeroes the offsets
+        q_out = None if q is None else quantize_blocks(q, cu_seqlens_q, max_seqlen_q, block_m, hadamard)
+        k_out = quantize_blocks(k, cu_seqlens_k, max_seqlen_k, block_n, hadamard)
+        v8t, v_scale, _ = quantize_blocks(v, cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True,
+                                          permute=permute_v, pow2_scale=True, cu_blocks=k_out[2])
+        return q_out, k_out, (v8t, v_scale, k_out[2])
+    has_q = q is not None
+    if not has_q:  # Q's arguments stand in K's: with no Q heads, no program reads or writes them
+        q, cu_seqlens_q, max_seqlen_q, block_m = k, cu_seqlens_k, max_seqlen_k, block_n
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    parts = ((q, max_seqlen_q, block_m, False), (k, max_seqlen_k, block_n, False), (v, max_seqlen_k, block_n, True))
+    (q8, q_scale), (k8, k_scale), (v8t, v_scale) = (_outputs(x, batch, block, t) for x, _, block, t in parts)
+    programs, stages = [], []
+    for x, max_seqlen, block, transpose in parts:
+        per_sm, part_stages, _ = _settings(x.shape[-1], block, transpose)
+        programs.append(_programs_per_sequence(x, triton.cdiv(max_seqlen, block), x.shape[1] * batch, per_sm))
+        stages.append(part_stages)
+    cu_blocks_q = torch.empty(batch + 1, dtype=torch.int32, device=k.device) if has_q else None
+    cu_blocks_k = torch.empty(batch + 1, dtype=torch.int32, device=k.device)
+    heads_q, heads_k, d = q.shape[1] if has_q else 0, k.shape[1], k.shape[-1]
+    device = str(k.device)
+    _quantize_qkv_kernel[(max(programs), heads_q + 2 * heads_k, batch)](
+        q, k, v, q8, k8, v8t, q_scale, k_scale, v_scale, signs(d, k.dtype, device), sylvester(d // 2, k.dtype, device),
+        cu_seqlens_q, cu_seqlens_k, cu_blocks_q if has_q else cu_blocks_k, cu_blocks_k,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), *programs,
+        q_scale.shape[1], k_scale.shape[1], v8t.shape[-1], d**-0.5,
+        HQ=heads_q, HK=heads_k, D=d, BLOCK_M=block_m, BLOCK_N=block_n, HADAMARD=hadamard, PERMUTE_V=permute_v,
+        FP8_MAX=E4M3_MAX, ROUND_FIRST=env.interpreting(), STAGES_Q=stages[0], STAGES_K=stages[1], STAGES_V=stages[2],
+        num_warps=ONE_LAUNCH_WARPS.get(d, OTHER_TILES[2]) if num_warps is None else num_warps,
+    )
+    q_out = (q8, q_scale, cu_blocks_q) if has_q else None
+    return q_out, (k8, k_scale, cu_blocks_k), (v8t, v_scale, cu_blocks_k)

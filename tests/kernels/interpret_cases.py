@@ -17,7 +17,7 @@ import torch  # noqa: E402
 import fa3fp8  # noqa: E402
 from fa3fp8.configs import fp8_blocks  # noqa: E402
 from fa3fp8.fp8_layout import block_offsets, unpermute_v_keys  # noqa: E402
-from fa3fp8.quantize import quantize_blocks  # noqa: E402
+from fa3fp8.quantize import quantize_blocks, quantize_qkv_blocks  # noqa: E402
 from fa3fp8.reference import (  # noqa: E402
     attention_fp8_reference,
     attention_reference,
@@ -168,6 +168,35 @@ def quantize_case(d, hadamard, transpose, permute=False, heads_major=False):
     }
 
 
+def one_launch_quantize_case(d, hadamard, permute_v):
+    """quantize_qkv_blocks (Q, K and V in one launch; and K and V alone) against quantize_blocks part by part, on
+    packed sequences with an empty one among them, Q heads-major: the outputs that differ (data, scales and tile
+    offsets over the tiles in use)."""
+    q, k, v, cu_q, cu_k = packed_qkv([5, 0, 70, 33], [9, 3, 40, 64], 4, 2, d, seed=d + 1)
+    q = q.transpose(0, 1).contiguous().transpose(0, 1)
+    block_m, block_n = fp8_blocks(d)
+    apart = [
+        quantize_blocks(q, cu_q, 70, block_m, hadamard),
+        quantize_blocks(k, cu_k, 64, block_n, hadamard),
+        quantize_blocks(v, cu_k, 64, block_n, False, transpose=True, permute=permute_v, pow2_scale=True),
+    ]
+
+    def differing(parts):
+        names = []
+        for name, (data, scale, tiles), (data_a, scale_a, tiles_a) in zip("QKV", parts, apart):
+            used = int(tiles_a[-1])
+            if name == "V":
+                data, data_a = data[..., : used * block_n], data_a[..., : used * block_n]
+            same = (torch.equal(tiles, tiles_a) and torch.equal(scale[:, :used], scale_a[:, :used])
+                    and torch.equal(data.view(torch.uint8), data_a.view(torch.uint8)))
+            names += [] if same else [name]
+        return names
+
+    together = quantize_qkv_blocks(q, k, v, cu_q, cu_k, 70, 64, block_m, block_n, hadamard, permute_v)
+    kv_only = quantize_qkv_blocks(None, k, v, None, cu_k, None, 64, None, block_n, hadamard, permute_v)
+    return {"qkv": differing(together), "kv": differing((apart[0], *kv_only[1:])), "no_q": kv_only[0] is None}
+
+
 def split_quantize_case(d, permute_v):
     """quantize_q, quantize_kv and assemble_qkv against quantize_qkv (dense and packed), and K/V quantized from a
     block boundary on against those blocks of the whole sequence: the fields that differ in each."""
@@ -221,6 +250,10 @@ def main():
         results[f"quantize-D{d}-v-key-permuted"] = quantize_case(d, False, True, permute=True)
         results[f"quantize-D{d}-hadamard-heads-major"] = quantize_case(d, True, False, heads_major=True)
         results[f"quantize-D{d}-v-heads-major"] = quantize_case(d, False, True, permute=True, heads_major=True)
+        for hadamard, permute_v in ((True, True), (False, False)):
+            results[f"one-launch-quantize-D{d}-{'hadamard' if hadamard else 'plain'}"] = one_launch_quantize_case(
+                d, hadamard, permute_v
+            )
         for permute_v in (False, True):
             results[f"split-quantize-D{d}-{'v-key-permuted' if permute_v else 'v-in-order'}"] = split_quantize_case(
                 d, permute_v

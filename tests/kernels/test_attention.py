@@ -44,6 +44,7 @@ FP8_IDS = ["fp8-B2-Sq37-Sk70-H4-KV2-D64-full", "fp8-B1-Sq65-Sk65-H2-KV1-D128-cau
 QUANT_IDS = [f"quantize-D{d}-{kind}" for d in (64, 128) for kind in (
     "hadamard", "v-transposed", "v-key-permuted", "hadamard-heads-major", "v-heads-major")]
 SPLIT_QUANT_IDS = [f"split-quantize-D{d}-{order}" for d in (64, 128) for order in ("v-in-order", "v-key-permuted")]
+ONE_LAUNCH_IDS = [f"one-launch-quantize-D{d}-{kind}" for d in (64, 128) for kind in ("hadamard", "plain")]
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,14 @@ def test_quantize_kernel_matches_reference(interpreted, case):
     assert r["max_ulps"] <= 1.0
     assert r["mismatch_fraction"] <= 0.01
     assert r["tile_offsets_match"] and r["tile_offsets_where_given"]
+
+
+@pytest.mark.parametrize("case", ONE_LAUNCH_IDS)
+def test_one_launch_quantizes_as_the_parts_apart_bit_for_bit(interpreted, case):
+    """Q, K and V in one launch (and K and V alone) give each part's quantize_blocks output, an empty sequence
+    among them."""
+    r = interpreted[case]
+    assert r["qkv"] == [] and r["kv"] == [] and r["no_q"]
 
 
 @pytest.mark.parametrize("case", SPLIT_QUANT_IDS)
