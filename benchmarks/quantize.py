@@ -5,9 +5,9 @@ prefill hands it, beside a plain device copy of the same input (the memory syste
 
 One layer's Q (with the Hadamard rotation), K (likewise) and V (transposed, keys permuted, power-of-two scales), as
 `quantize_qkv` runs them: Llama-3.1-8B's attention (32 query heads, 8 KV heads, d 128) at a 128K one-pass prefill
-and at an 8K chunk, and the attention benchmark's S16K shapes (16 heads of d128, 8 of d256). Inputs are (batch,
-heads, seq, d) tensors seen as (tokens, heads, d), as transformers hands them to attention ("heads-major", read in
-place), or contiguous (tokens, heads, d). Whole layers: the default (the three parts in one launch), that launch
+and at an 8K chunk, and the attention benchmark's S16K shapes (16 heads of d128, 8 of d256, 32 of d64). Inputs are
+(batch, heads, seq, d) tensors seen as (tokens, heads, d), as transformers hands them to attention ("heads-major", read
+in place), or contiguous (tokens, heads, d). Whole layers: the default (the three parts in one launch), that launch
 at each number of warps, "three launches" (a launch per part, as before session 38), "per-tile" (a launch per part,
 one program per tile without a pipeline, as the quantizer first ran), "per-tile+copy" (with the `.contiguous()` copy
 the heads-major input needed then) and "no Hadamard" (`hadamard=False`), with two times: `ms`, the median of
@@ -40,15 +40,17 @@ SHAPES = {  # name -> (tokens, heads, kv_heads, head dim)
     "8K chunk, 32/8 heads": (8192, 32, 8, 128),
     "S16K, 16/16 heads": (16384, 16, 16, 128),
     "S16K d256, 8/8 heads": (16384, 8, 8, 256),
+    "S16K d64, 32/32 heads": (16384, 32, 32, 64),
 }
 PARTS = ("Q", "K", "V")
 # head dim -> the settings (programs per SM, pipeline stages, warps) each part is timed with
 SETTINGS = {
+    64: [(p, s, w) for p in (2, 4, 8) for s in (1, 2, 3) for w in (4, 8)],
     128: [(p, s, w) for p in (2, 4, 8) for s in (1, 2, 3) for w in (4, 8)],
     256: [(p, s, w) for p in (1, 2, 4) for s in (1, 2) for w in (4, 8, 16)],
 }
 PER_TILE = 1 << 20  # programs per SM past any tile count: one program per tile
-ONE_LAUNCH_WARPS = {128: (4, 8), 256: (8, 16)}  # head dim -> warps the one launch of a layer is timed with
+ONE_LAUNCH_WARPS = {64: (4, 8), 128: (4, 8), 256: (8, 16)}  # head dim -> warps the one launch of a layer is timed with
 
 
 def gpu_time(fn) -> float:

@@ -42,7 +42,8 @@ OTHER_TILES = (4, 1, 4)  # tiles PIPELINE does not list: the interpreter's small
 # head dim -> warps of quantize_qkv_blocks' one launch of the three parts. H100, session 38 (benchmarks/quantize.py,
 # GPU time of a layer, heads-major): d128 4 and 8 warps level, 0.827 / 0.055 / 0.104 ms at 128K / 8K (32 / 8 heads) /
 # 16K (16 / 16) against 0.874 / 0.065 / 0.114 in a launch per part; d256 8 warps 0.125 ms at 16K (8 / 8), 16 warps
-# 0.151, a launch per part 0.135. d64: untimed
+# 0.151, a launch per part 0.135; d64 4 warps 0.126 ms at 16K (32 / 32), 8 warps 0.133, a launch per part 0.126-0.129
+# (`quantize-nvidia-h100-80gb-hbm3-2026-12-05-session38.json`)
 ONE_LAUNCH_WARPS = {64: 4, 128: 8, 256: 8}
 
 
