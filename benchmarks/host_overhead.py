@@ -1,16 +1,18 @@
 """Host time per attention call on one GPU, where the launch is short enough that the host, not the GPU, sets the pace
 (a prefill's short last chunk, draft tokens over a short context): the public API (`fa3fp8.flash_attn_func`, BF16, and
-`flash_attn_fp8_func` on a bundle quantized beforehand), `quantize_qkv` alone, the CUDA launcher with the settings the
-API picks (what the API adds is the difference), and SDPA's flash backend on the same shape without a mask (its GQA heads
-expanded beforehand) as the peer's cost per call.
+`flash_attn_fp8_func` on a bundle quantized beforehand), `flash_attn_varlen_func` on the same tokens as one packed
+sequence ("varlen": its offsets' values checked on the first call; "varlen-synced": offsets made in inference mode,
+checked with a host sync on every call), `quantize_qkv` alone, the CUDA launcher with the settings the API picks (what
+the API adds is the difference), and SDPA's flash backend on the same shape without a mask (its GQA heads expanded
+beforehand) as the peer's cost per call.
 
     python benchmarks/host_overhead.py [--calls 300] [--rounds 5] [--out DIR]
 
 Each runner is called `calls` times back to back after a warm-up: `host_us` is the loop's host time per call, `gpu_us`
 the time per call until the last kernel ends, each the median of `rounds` rounds that take the runners in turn (the
-host's pace drifts by up to 2x between seconds on the lent machines). Where they are equal the host sets the pace; where
-gpu_us is the larger, the kernels do. `--out DIR` writes host-overhead-<gpu>-<date>.json, a PNG, and the API's cProfile (the functions with
-the most time of their own) as host-overhead-profile.txt.
+host's pace drifts by up to 2x between seconds on the lent machines). Where they are equal the host sets the pace;
+where gpu_us is the larger, the kernels do. `--out DIR` writes host-overhead-<gpu>-<date>.json, a PNG, and the API's
+cProfile (the functions with the most time of their own) as host-overhead-profile.txt.
 """
 
 import argparse
@@ -47,8 +49,14 @@ def runners(q, k, v):
     bundle = fa3fp8.quantize_qkv(q, k, v)
     groups = HEADS // KV_HEADS
     expanded = [x.repeat_interleave(groups, dim=2) for x in (k, v)]
+    packed = (q[0], k[0], v[0])
+    offsets = [torch.tensor([0, n], dtype=torch.int32, device=q.device) for n in (queries, keys)]
+    with torch.inference_mode():  # no version counter: the offsets' values are checked (a host sync) on every call
+        frozen = [x.clone() for x in offsets]
     return {
         "fa3fp8": lambda: fa3fp8.flash_attn_func(q, k, v, causal=True),
+        "varlen": lambda: fa3fp8.flash_attn_varlen_func(*packed, *offsets, queries, keys, causal=True),
+        "varlen-synced": lambda: fa3fp8.flash_attn_varlen_func(*packed, *frozen, queries, keys, causal=True),
         "launcher": bench.settings_runner(settings, False, q, k, v, None, True),
         "fa3fp8-fp8": lambda: fa3fp8.flash_attn_fp8_func(bundle, causal=True),
         "quantize_qkv": lambda: fa3fp8.quantize_qkv(q, k, v),
@@ -126,7 +134,7 @@ def main():
         for name, (host, until_done) in median_rounds(named, args.calls, args.rounds).items():
             rows.append({"impl": name, "case": case, "queries": queries, "keys": keys, "d": d,
                          "host_us": round(host, 1), "gpu_us": round(until_done, 1)})
-            print(f"{case:18s} {name:11s} host {host:7.1f} us  until done {until_done:7.1f} us per call")
+            print(f"{case:18s} {name:13s} host {host:7.1f} us  until done {until_done:7.1f} us per call")
         reports.append(f"== {case}: fa3fp8.flash_attn_func, {args.calls} calls\n{profile(named['fa3fp8'], args.calls)}")
     meta = {"torch": torch.__version__, "heads": HEADS, "kv_heads": KV_HEADS, "calls": args.calls, "rounds": args.rounds}
     path = bench.save_results(args.out, "host-overhead", gpu, meta, rows, plot)

@@ -1,10 +1,12 @@
 """Public attention functions: input validation, torch.library custom ops (with fake kernels for
 torch.compile) and the choice between the Triton kernels and the PyTorch reference."""
 
+import collections
 import functools
 import math
 import numbers
 import sys
+import weakref
 
 import torch
 
@@ -350,23 +352,56 @@ def _check_offset_tensors(named: tuple[_Offsets, ...], device, device_of: str) -
             raise ValueError(f"{name} must hold batch + 1 >= 2 offsets, got {cu.shape[0]}")
 
 
+class _CheckedOffsets:
+    """Offsets tensors whose values passed the data-dependent checks, with the packed length and max_seqlen they
+    passed for, until they change. Those checks cost a host sync (the GPU idles until the host launches again), and a
+    packed forward pass hands every layer the same cu_seqlens. A tensor counts as unchanged while it is alive and its
+    version counter (which every in-place write moves) is; inference tensors have none and are checked every call."""
+
+    def __init__(self, size: int = 4):
+        self._entries = collections.deque(maxlen=size)  # (weak reference, (version, packed length, max_seqlen))
+
+    def holds(self, cu: torch.Tensor, total: int, bound: int) -> bool:
+        """Whether cu passed the checks for (total, bound) and has not changed since."""
+        if cu.is_inference():
+            return False
+        key = (cu._version, total, bound)
+        return any(ref() is cu and facts == key for ref, facts in self._entries)
+
+    def add(self, cu: torch.Tensor, total: int, bound: int) -> None:
+        """Remember that cu passed the checks for (total, bound)."""
+        if not cu.is_inference():
+            self._entries.append((weakref.ref(cu), (cu._version, total, bound)))
+
+
+_checked_offsets = _CheckedOffsets()
+
+
+def _offset_facts(offsets: list[torch.Tensor]) -> list[list[int]]:
+    """(first, any decrease, last, longest sequence) of each offsets tensor, in one host sync."""
+    return torch.stack([
+        torch.stack([cu[0], (cu.diff() < 0).any().int(), cu[-1], cu.diff().max()]) for cu in offsets
+    ]).tolist()
+
+
 def _check_offset_values(named: tuple[_Offsets, ...]) -> None:
     for _, _, _, max_name, value in named:
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{max_name} must be a non-negative int, got {value!r}")
     if torch.compiler.is_compiling():
         return
-    # one host sync for all data-dependent checks
-    facts = torch.stack([
-        torch.stack([cu[0], (cu.diff() < 0).any().int(), cu[-1], cu.diff().max()]) for _, cu, _, _, _ in named
-    ]).tolist()
-    for (name, _, total, _, bound), (first, bad, last, longest) in zip(named, facts):
+    named = tuple(offsets for offsets in named if not _checked_offsets.holds(offsets[1], offsets[2], offsets[4]))
+    if not named:
+        return
+    for (name, _, total, _, bound), (first, bad, last, longest) in zip(named, _offset_facts([o[1] for o in named])):
         if first != 0 or bad:
             raise ValueError(f"{name} must start at 0 and be non-decreasing")
         if last != total:
             raise ValueError(f"{name}[-1] = {last} must equal the packed length {total}")
         if longest > bound:
             raise ValueError(f"max_seqlen for {name} is {bound}, but a sequence has {longest} tokens")
+    for _, cu, total, _, bound in named:
+        _checked_offsets.add(cu, total, bound)
 
 
 def _check_offsets(offsets: _Offsets, device, device_of: str) -> None:

@@ -72,6 +72,33 @@ def test_bad_varlen_input_names_the_argument(name):
         fa3fp8.flash_attn_varlen_func(**args)
 
 
+def test_varlen_checks_unchanged_cu_seqlens_once(monkeypatch):
+    """The checks on cu_seqlens' values (a host sync) run on a tensor's first call, and again only after an in-place
+    write to it or for another max_seqlen; an inference tensor (no version counter) is checked on every call."""
+    from fa3fp8 import ops
+
+    syncs, facts = [], ops._offset_facts
+    monkeypatch.setattr(ops, "_offset_facts", lambda cus: syncs.append(len(cus)) or facts(cus))
+    monkeypatch.setattr(ops, "_checked_offsets", ops._CheckedOffsets())
+    cu = torch.tensor([0, 4, 12], dtype=torch.int32)
+    for _ in range(3):
+        fa3fp8.flash_attn_varlen_func(**_packed(cu))
+    assert syncs == [2]  # q's and k's offsets (the same tensor) in one sync, once
+    fa3fp8.flash_attn_varlen_func(**_packed(cu, max_q=12))
+    assert syncs == [2, 1]  # max_seqlen_q changed; k's entry still holds
+    cu[1] = 4
+    fa3fp8.flash_attn_varlen_func(**_packed(cu))
+    assert syncs == [2, 1, 2]
+    cu[-1] = 11
+    with pytest.raises(ValueError, match="must equal the packed length 12"):
+        fa3fp8.flash_attn_varlen_func(**_packed(cu))
+    with torch.inference_mode():
+        frozen = torch.tensor([0, 4, 12], dtype=torch.int32)
+        fa3fp8.flash_attn_varlen_func(**_packed(frozen))
+        fa3fp8.flash_attn_varlen_func(**_packed(frozen))
+    assert syncs[-2:] == [2, 2]
+
+
 def _bf16(*shape):
     return torch.randn(*shape, dtype=torch.bfloat16)
 

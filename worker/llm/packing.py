@@ -47,8 +47,9 @@ class PackedBatch:
         lengths = [len(sequence) for sequence in sequences]
         ids = torch.tensor([token for sequence in sequences for token in sequence], dtype=torch.long, device=device)
         positions = torch.cat([torch.arange(length, device=device) for length in lengths])
-        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
-        cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
+        with torch.inference_mode(False):  # a version counter, by which fa3fp8 checks the offsets once per pass
+            cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+            cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
         return cls(ids[None], positions[None], cu, max(lengths))
 
     def attention_kwargs(self) -> dict:

@@ -24,7 +24,9 @@ def test_plan_packs_refuses_empty_sequences():
 
 
 def test_packed_batch_layout():
-    batch = PackedBatch.build([[5, 6, 7], [8, 9]], torch.device("cpu"))
+    with torch.inference_mode():  # as packed_outputs builds it
+        batch = PackedBatch.build([[5, 6, 7], [8, 9]], torch.device("cpu"))
+    assert not batch.cu_seq_lens.is_inference()  # fa3fp8 checks a normal tensor's offsets once, not per layer
     assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9]]
     assert batch.position_ids.tolist() == [[0, 1, 2, 0, 1]]
     assert batch.cu_seq_lens.tolist() == [0, 3, 5] and batch.max_length == 3
