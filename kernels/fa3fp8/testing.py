@@ -58,6 +58,18 @@ def differing_fields(a, b) -> list[str]:
     return [f.name for f in dataclasses.fields(a) if not _same(_in_use(a, f.name), _in_use(b, f.name))]
 
 
+def same_quantized(transposed: bool, a, b) -> bool:
+    """Two quantizer outputs of one part (data, scales, tile offsets; `quantize.quantize_blocks`'), bit for bit over
+    the tiles in use: scales past the last tile offset are unset, and so are, `transposed` (V's), the data's columns
+    past its last tile."""
+    (data_a, scale_a, tiles_a), (data_b, scale_b, tiles_b) = a, b
+    used = int(tiles_a[-1])
+    if transposed:  # (heads, d, n_blocks x block) against (heads, n_blocks) scales
+        columns = used * (data_a.shape[-1] // scale_a.shape[-1])
+        data_a, data_b = data_a[..., :columns], data_b[..., :columns]
+    return torch.equal(tiles_a, tiles_b) and _same(scale_a[:, :used], scale_b[:, :used]) and _same(data_a, data_b)
+
+
 def key_permuted(bundle):
     """A QuantizedQKV or QuantizedKV with V's keys in order, moved to the CUDA kernel's order (`v_permuted`)."""
     return dataclasses.replace(bundle, v8t=permute_v_keys(bundle.v8t), v_permuted=True)

@@ -24,7 +24,14 @@ from fa3fp8.reference import (  # noqa: E402
     attention_varlen_reference,
     quantize_reference,
 )
-from fa3fp8.testing import case_id, differing_fields, key_permuted, random_qkv, rmse  # noqa: E402
+from fa3fp8.testing import (  # noqa: E402
+    case_id,
+    differing_fields,
+    key_permuted,
+    random_qkv,
+    rmse,
+    same_quantized,
+)
 
 DENSE = [  # batch, seqlen_q, seqlen_k, heads, kv_heads, d, causal
     (2, 37, 70, 4, 2, 64, False),
@@ -182,15 +189,7 @@ def one_launch_quantize_case(d, hadamard, permute_v):
     ]
 
     def differing(parts):
-        names = []
-        for name, (data, scale, tiles), (data_a, scale_a, tiles_a) in zip("QKV", parts, apart):
-            used = int(tiles_a[-1])
-            if name == "V":
-                data, data_a = data[..., : used * block_n], data_a[..., : used * block_n]
-            same = (torch.equal(tiles, tiles_a) and torch.equal(scale[:, :used], scale_a[:, :used])
-                    and torch.equal(data.view(torch.uint8), data_a.view(torch.uint8)))
-            names += [] if same else [name]
-        return names
+        return [name for name, a, b in zip("QKV", parts, apart) if not same_quantized(name == "V", a, b)]
 
     together = quantize_qkv_blocks(q, k, v, cu_q, cu_k, 70, 64, block_m, block_n, hadamard, permute_v)
     kv_only = quantize_qkv_blocks(None, k, v, None, cu_k, None, 64, None, block_n, hadamard, permute_v)

@@ -260,6 +260,31 @@ def test_quantize_kernel_matches_reference(d, which, layout):
     assert (a != b).float().mean().item() < 0.01
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_one_launch_quantizes_as_the_parts_apart(d):
+    """quantize_qkv's one launch (and quantize_kv's, without Q) against each part's own launch, bit for bit: several
+    programs per (sequence, head) for each part's tiles, an empty sequence, GQA 4:1, Q heads-major."""
+    from fa3fp8.configs import fp8_blocks
+    from fa3fp8.quantize import quantize_blocks, quantize_qkv_blocks
+    from fa3fp8.testing import same_quantized
+
+    lens = [5, 3000, 0, 1029]
+    cu = torch.tensor([0, 5, 3005, 3005, 4034], dtype=torch.int32, device="cuda")
+    q = (torch.randn(8, sum(lens), d, device="cuda", dtype=torch.bfloat16) * 3).transpose(0, 1)
+    k, v = (torch.randn(sum(lens), 2, d, device="cuda", dtype=torch.bfloat16) * 3 for _ in range(2))
+    block_m, block_n = fp8_blocks(d)
+    apart = [
+        quantize_blocks(q, cu, max(lens), block_m, True),
+        quantize_blocks(k, cu, max(lens), block_n, True),
+        quantize_blocks(v, cu, max(lens), block_n, False, transpose=True, permute=True, pow2_scale=True),
+    ]
+    together = quantize_qkv_blocks(q, k, v, cu, cu, max(lens), max(lens), block_m, block_n, True, True)
+    kv_only = quantize_qkv_blocks(None, k, v, None, cu, None, max(lens), None, block_n, True, True)
+    assert kv_only[0] is None
+    for parts in (together, (apart[0], *kv_only[1:])):
+        assert [name for name, a, b in zip("QKV", parts, apart) if not same_quantized(name == "V", a, b)] == []
+
+
 def test_custom_op_compiles_with_torch_compile():
     q, k, v = random_qkv(1, 512, 512, 4, 2, 128, torch.bfloat16, "cuda")
     compiled = torch.compile(lambda a, b, c: fa3fp8.flash_attn_func(a, b, c, causal=True) * 2, fullgraph=True)
