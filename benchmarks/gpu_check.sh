@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
-#                                [e2e] [ab] [window] [host]
+#                                [e2e] [ab] [window] [host] [profile]
 # Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
 # peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
@@ -79,5 +79,18 @@ if [[ "$steps" == *" host "* ]]; then  # host time per call: the API against its
 fi
 if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1
+fi
+if [[ "$steps" == *" profile "* ]]; then
+    # Nsight Compute on one attn_fwd launch: PROFILE_ARGS (profile_kernel.py's arguments, default FP8 d128 causal at
+    # S16K), NCU_ARGS (more ncu options, e.g. "--set full --import-source yes" for source counters); the report in
+    # $OUT/profile.txt, its headline figures printed
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    "$ncu" --profile-from-start off -k regex:attn_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        --section Occupancy --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg ${NCU_ARGS:-} \
+        python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-fp8 128 16384 --causal} > "$OUT/profile.txt" 2>&1 \
+        || status=1
+    headline="attn_fwd<|Duration|Elapsed Cycles|sm__cycles_active|highest-utilized|Issued Ipc|Eligible Warps"
+    grep -E "$headline|Cycles Per Issued" "$OUT/profile.txt" | cut -c1-150
 fi
 exit $status
