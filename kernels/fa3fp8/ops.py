@@ -356,7 +356,8 @@ class _CheckedOffsets:
     """Offsets tensors whose values passed the data-dependent checks, with the packed length and max_seqlen they
     passed for, until they change. Those checks cost a host sync (the GPU idles until the host launches again), and a
     packed forward pass hands every layer the same cu_seqlens. A tensor counts as unchanged while it is alive and its
-    version counter (which every in-place write moves) is; inference tensors have none and are checked every call."""
+    version counter (which torch's in-place ops move) is; inference tensors have none and are checked every call.
+    Writes the counter does not see (a custom kernel's into the tensor's memory, `.data`'s) are not seen either."""
 
     def __init__(self, size: int = 4):
         self._entries = collections.deque(maxlen=size)  # (weak reference, (version, packed length, max_seqlen))
