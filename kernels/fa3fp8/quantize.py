@@ -266,9 +266,10 @@ def quantize_qkv_blocks(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         v8t, v_scale, _ = quantize_blocks(v, cu_seqlens_k, max_seqlen_k, block_n, False, transpose=True,
                                           permute=permute_v, pow2_scale=True, cu_blocks=k_out[2])
         return q_out, k_out, (v8t, v_scale, k_out[2])
+    has_q = q is not None
     q, k, v = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     parts = [(k, max_seqlen_k, block_n, False), (v, max_seqlen_k, block_n, True)]
-    if q is not None:
+    if has_q:
         parts.insert(0, (q, max_seqlen_q, block_m, False))
     outputs, programs, stages = [], [], []
     for x, max_seqlen, block, transpose in parts:
@@ -277,22 +278,21 @@ def quantize_qkv_blocks(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         programs.append(_programs_per_sequence(x, triton.cdiv(max_seqlen, block), x.shape[1] * batch, per_sm))
         stages.append(part_stages)
     cu_blocks_k = torch.empty(batch + 1, dtype=torch.int32, device=k.device)
-    if q is None:  # K's arguments stand in Q's: with no Q heads, no program reads or writes them
-        q, cu_seqlens_q, block_m, cu_blocks_q = k, cu_seqlens_k, block_n, None
+    cu_blocks_q = torch.empty(batch + 1, dtype=torch.int32, device=k.device) if has_q else cu_blocks_k
+    if not has_q:  # K's arguments stand in Q's: with no Q heads, no program reads or writes them
+        q, cu_seqlens_q, block_m = k, cu_seqlens_k, block_n
         outputs, programs, stages = ([xs[0], *xs] for xs in (outputs, programs, stages))
-    else:
-        cu_blocks_q = torch.empty(batch + 1, dtype=torch.int32, device=k.device)
     (q8, q_scale), (k8, k_scale), (v8t, v_scale) = outputs
-    heads_q, heads_k, d = 0 if cu_blocks_q is None else q.shape[1], k.shape[1], k.shape[-1]
+    heads_q, heads_k, d = q.shape[1] if has_q else 0, k.shape[1], k.shape[-1]
     device = str(k.device)
     _quantize_qkv_kernel[(max(programs), heads_q + 2 * heads_k, batch)](
         q, k, v, q8, k8, v8t, q_scale, k_scale, v_scale, signs(d, k.dtype, device), sylvester(d // 2, k.dtype, device),
-        cu_seqlens_q, cu_seqlens_k, cu_blocks_k if cu_blocks_q is None else cu_blocks_q, cu_blocks_k,
+        cu_seqlens_q, cu_seqlens_k, cu_blocks_q, cu_blocks_k,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), *programs,
         q_scale.shape[1], k_scale.shape[1], v8t.shape[-1], d**-0.5,
         HQ=heads_q, HK=heads_k, D=d, BLOCK_M=block_m, BLOCK_N=block_n, HADAMARD=hadamard, PERMUTE_V=permute_v,
         FP8_MAX=E4M3_MAX, ROUND_FIRST=env.interpreting(), STAGES_Q=stages[0], STAGES_K=stages[1], STAGES_V=stages[2],
         num_warps=ONE_LAUNCH_WARPS.get(d, OTHER_TILES[2]) if num_warps is None else num_warps,
     )
-    q_out = None if cu_blocks_q is None else (q8, q_scale, cu_blocks_q)
+    q_out = (q8, q_scale, cu_blocks_q) if has_q else None
     return q_out, (k8, k_scale, cu_blocks_k), (v8t, v_scale, cu_blocks_k)
