@@ -3,6 +3,7 @@
 The sequences are laid end to end in one row; positions restart at 0 for each, and `cu_seq_lens` tells the
 fa3 kernels where each begins (under `sdpa`, transformers derives a block-diagonal mask from the positions).
 """
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +49,7 @@ class PackedBatch:
         ids = torch.tensor([token for sequence in sequences for token in sequence], dtype=torch.long, device=device)
         positions = torch.cat([torch.arange(length, device=device) for length in lengths])
         with torch.inference_mode(False):  # a version counter, by which fa3fp8 checks the offsets once per pass
-            cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
-            cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
+            cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
         return cls(ids[None], positions[None], cu, max(lengths))
 
     def attention_kwargs(self) -> dict:
