@@ -39,12 +39,6 @@ namespace fa3fp8 {
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
 constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's K and V
-// An experiment's switch (FA3FP8_NVCC_FLAGS=-DFA3FP8_KV_BEFORE_Q=1; off by default, not yet timed): the producer
-// loads a work tile's first K/V tiles before it waits for Q's buffer, rather than after Q
-#ifndef FA3FP8_KV_BEFORE_Q
-#define FA3FP8_KV_BEFORE_Q 0
-#endif
-constexpr bool KV_BEFORE_Q = FA3FP8_KV_BEFORE_Q;
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -857,14 +851,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
-      // Q's rows of this work tile, once the consumers have released the previous work tile's
-      auto load_q = [&]() {
-        if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
-        mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
-        for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
-          tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
-      };
-      if constexpr (!KV_BEFORE_Q) load_q();
+      if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
+      mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
+      for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
+        tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
@@ -882,8 +872,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           copy(tile + pn * BLOCK_N * QK_ROW + rank * HALF_ROWS * QK_ROW, map, t.hk * ROW_BYTES + pn * QK_ROW,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
-      // K and V tile j into their ring slot, once the consumers have released that slot's previous tile
-      auto load_kv = [&](int j) {
+      for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
         const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
         if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
@@ -898,13 +887,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         } else {
           load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
-      };
-      // KV_BEFORE_Q: the first tiles go before Q's wait, which holds until the previous work tile's last Q·Kᵀ (pairs:
-      // its loop's end); their slots free while that tile's last tiles are consumed
-      const int early = KV_BEFORE_Q ? min(t.n_tiles, STAGES) : 0;
-      for (int j = 0; j < early; ++j) load_kv(j);
-      if constexpr (KV_BEFORE_Q) load_q();
-      for (int j = early; j < t.n_tiles; ++j) load_kv(j);
+      }
       tiles += t.n_tiles;
       ++items;
     }
