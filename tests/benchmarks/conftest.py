@@ -55,3 +55,9 @@ def window_bench():
 def host():
     """benchmarks/host_overhead.py"""
     return _load("host_overhead")
+
+
+@pytest.fixture(scope="module")
+def stalls():
+    """benchmarks/stall_samples.py"""
+    return _load("stall_samples")
