@@ -909,6 +909,36 @@ def test_fold_key_tiles_bounds_every_fold(block_m, cluster, seqlen_q, seqlen_k):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("cluster", [1, 2], ids=["folds", "folds-of-pairs"])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(16384, 16384), (6000, 6000), (3000, 3000), (1000, 5000), (100, 100)])
+def test_fold_tiles_take_every_row_block_once_and_pair_blocks_that_read_the_same_keys(cluster, seqlen_q, seqlen_k):
+    # tile_at's folds of 192-row blocks (m_blocks rounded up to folds, with pairs to folds of pairs): every row block
+    # with rows is some CTA's work tile exactly once; in pairs, the two CTAs of an item take blocks 2s and 2s + 1 and
+    # read the later one's key tiles; each fold's key tiles (items 2f and 2f + 1) are bounded by fold_key_tiles
+    block_m = 192
+    m = -(-seqlen_q // (2 * cluster * block_m)) * 2 * cluster
+    m_blk, n_tiles = (ctypes.c_int * m)(), (ctypes.c_int * m)()
+    assert cuda_build.load().fa3fp8_fold_tiles(cluster, m, seqlen_q, seqlen_k, m_blk, n_tiles) == 0
+    blocks_with_rows = -(-seqlen_q // block_m)
+    taken = sorted(b for b in m_blk if b >= 0)
+    # a pair whose later block lies past the queries runs it beside the earlier one (its rows are not stored)
+    assert taken == list(range(-(-blocks_with_rows // cluster) * cluster))
+    for w in range(m // cluster):
+        blocks = [m_blk[w * cluster + cta] for cta in range(cluster)]
+        if blocks[0] < 0:
+            assert all(n_tiles[w * cluster + cta] == -1 for cta in range(cluster)), w
+            continue
+        last = blocks[0] // cluster * cluster + cluster - 1  # the pair's later block
+        assert blocks == list(range(last - cluster + 1, last + 1)), w
+        # the pair's key tiles: its later block's, where that has rows; the earlier one's own otherwise
+        expected = causal_key_tiles(last // cluster, block_m * cluster, seqlen_q, seqlen_k)
+        assert all(n_tiles[w * cluster + cta] == expected for cta in range(cluster)), w
+    folds = [sum(max(n_tiles[(2 * f + piece) * cluster], 0) for piece in (0, 1)) for f in range(m // cluster // 2)]
+    assert max(folds) == cuda_build.load().fa3fp8_fold_key_tiles(block_m, cluster, m, seqlen_q, seqlen_k)
+    assert cuda_build.load().fa3fp8_fold_tiles(3, m, seqlen_q, seqlen_k, m_blk, n_tiles) == -2
+
+
+@needs_nvcc
 def test_fold_key_tiles_are_asked_of_blocks_the_library_folds():
     assert cuda_build.load().fa3fp8_fold_key_tiles(128, 2, 8, 1000, 1000) == -1  # pairs fold three consumers only
     assert cuda_build.load().fa3fp8_fold_key_tiles(64, 1, 8, 1000, 1000) == -1

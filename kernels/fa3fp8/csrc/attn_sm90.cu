@@ -375,6 +375,28 @@ int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, in
   return 0;
 }
 
+// Causal folds' work tiles, for tests without a GPU: tile_at's FOLD view of one sequence of seqlen_q queries and
+// seqlen_k keys in m_blocks row blocks of 192 rows on 128-key tiles, alone (cluster 1) or in pairs (2): at [w x
+// cluster + cta] the row block that CTA `cta` takes as work item w, and its key tiles; -1 for both where the item has
+// no rows. Returns -2 for another cluster.
+int fa3fp8_fold_tiles(int cluster, int m_blocks, int seqlen_q, int seqlen_k, int* m_blk, int* n_tiles) {
+  if (cluster != 1 && cluster != 2) return static_cast<int>(UNSUPPORTED);
+  const int cu_q[2] = {0, seqlen_q}, cu_k[2] = {0, seqlen_k};
+  Params p{};
+  p.cu_q = cu_q, p.cu_k = cu_k, p.heads = 1, p.kv_heads = 1, p.m_blocks = m_blocks;
+  constexpr int BLOCK_M = 3 * WG_ROWS;
+  for (int w = 0; w < m_blocks / cluster; ++w) {
+    for (int cta = 0; cta < cluster; ++cta) {
+      WorkTile t;
+      const bool rows = cluster == 2 ? tile_at<BLOCK_M, 128, true, 2, true>(p, w, t, cta)
+                                     : tile_at<BLOCK_M, 128, true, 1, true>(p, w, t);
+      m_blk[w * cluster + cta] = rows ? t.m0 / BLOCK_M : -1;
+      n_tiles[w * cluster + cta] = rows ? t.n_tiles : -1;
+    }
+  }
+  return 0;
+}
+
 // fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192, folded alone or in pairs (cluster 1 or
 // 2; -1 for others): a fold split's bound
 int fa3fp8_fold_key_tiles(int block_m, int cluster, int m_blocks, int seqlen_q, int seqlen_k) {
