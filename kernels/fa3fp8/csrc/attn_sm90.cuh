@@ -587,6 +587,13 @@ __device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2]
 
 // ------------------------------------------------------------------------------------------ the kernel
 
+// CTAs that walk each work item together, each on its own row block of the item: folds of pairs' two (tile_at),
+// else one (pairs without folds number each CTA's work tile on its own)
+template <int CLUSTER, bool FOLD>
+__host__ __device__ constexpr int item_ctas() {
+  return FOLD ? CLUSTER : 1;
+}
+
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
 // A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
 // and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
@@ -609,7 +616,7 @@ struct WorkTile {
 // first that its last row sees whole are masked (n_lo).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
 __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t, int cta = 0) {
-  constexpr int LEVEL = FOLD ? CLUSTER : 1;  // row blocks per folded block
+  constexpr int LEVEL = item_ctas<CLUSTER, FOLD>();  // row blocks per work item
   const int blocks = p.m_blocks / LEVEL, bh = w / blocks, rank = w % blocks;
   const int m_blk = !CAUSAL ? rank
                     : FOLD  ? (rank % 2 == 0 ? blocks - 1 - rank / 2 : rank / 2) * LEVEL + cta
@@ -769,7 +776,8 @@ __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& spli
   t.key0 = begin * BLOCK_N;
   t.k_start += t.key0, t.seqlen_k -= t.key0, t.diag -= t.key0, t.n_full -= t.key0;
   t.n_tiles = end - begin;
-  t.split = FOLD ? x * CLUSTER + cta : x;  // folds of pairs: both CTAs take item x, each its own slot
+  // folds of pairs: both CTAs take item x, each into its own slot (pairs without folds: cta is the work tile's rank)
+  t.split = item_ctas<CLUSTER, FOLD>() > 1 ? x * item_ctas<CLUSTER, FOLD>() + cta : x;
   return true;
 }
 
@@ -777,7 +785,7 @@ __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& spli
 // (work tiles 2f and 2f+1), c this CTA's share: itself, or with CLUSTER 2 its pair (both CTAs walk the same items)
 template <bool FOLD, int CLUSTER>
 __device__ __forceinline__ int first_work() {
-  return FOLD ? 2 * (blockIdx.x / CLUSTER) : blockIdx.x;
+  return FOLD ? 2 * (blockIdx.x / item_ctas<CLUSTER, FOLD>()) : blockIdx.x;
 }
 template <bool SPLIT>
 __device__ __forceinline__ int work_end(const Params& p, const TailSplit& split) {
@@ -785,7 +793,7 @@ __device__ __forceinline__ int work_end(const Params& p, const TailSplit& split)
 }
 template <bool FOLD, int CLUSTER>
 __device__ __forceinline__ int next_work(int w) {
-  return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * (gridDim.x / CLUSTER);
+  return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * (gridDim.x / item_ctas<CLUSTER, FOLD>());
 }
 
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
@@ -1210,14 +1218,14 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   using Cols = std::conditional_t<COLS % 4 == 0, float4, float2>;  // a lane's loads: d64's 2 columns are one float2
   constexpr int VEC = sizeof(Cols) / sizeof(float);
   constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles (folds of pairs: pairs' work tiles) per unit
-  constexpr bool PAIRED_FOLDS = FOLD && CLUSTER == 2;  // blockIdx.y: the CTA's row block of the pair's, then y
+  constexpr int ITEM_CTAS = item_ctas<CLUSTER, FOLD>();  // blockIdx.y: the CTA's row block of the item's, then y
   constexpr int Y_BLOCKS = BLOCK_M / MERGE_ROWS;
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
-  const int cta = PAIRED_FOLDS ? blockIdx.y / Y_BLOCKS : 0;
+  const int cta = ITEM_CTAS > 1 ? blockIdx.y / Y_BLOCKS : 0;
   // this CTA's row group of the work tile (read where it is used: held across the merge, it spilled)
-  auto y = [] { return PAIRED_FOLDS ? blockIdx.y % Y_BLOCKS : blockIdx.y; };
+  auto y = [] { return ITEM_CTAS > 1 ? blockIdx.y % Y_BLOCKS : blockIdx.y; };
   WorkTile t;
   if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t, cta) ||
       t.m0 + y() * MERGE_ROWS >= t.seqlen_q)
@@ -1238,7 +1246,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
       int slot = -1;  // the segment of share (causal: part) c on this work tile, if any
       if constexpr (FOLD) {
         if (c <= last) slot = fold_slot<CLUSTER>(split, c, unit, rank, n_long, t.n_tiles);
-        if (slot >= 0) slot = slot * CLUSTER + cta;  // both CTAs of a pair took the item, each into its own slot
+        if (slot >= 0) slot = slot * ITEM_CTAS + cta;  // both CTAs of a pair took the item, each into its own slot
       } else if constexpr (CAUSAL) {
         if (c <= last) slot = causal_slot<CLUSTER>(split, unit, rank, c);
       } else {
@@ -1474,7 +1482,7 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
   // items: a CTA's (folds of pairs: a pair's, walked by both) from `from` on, each a workspace slot a CTA
   const int from = p.work_tiles - tail * TILES, segments = segments_per_cta(FOLD) * ctas;
   return TailSplit{l.workspace, l.workspace + (size_t)segments * BLOCK_M * D, from, tail, key_tiles, ctas,
-                   from + (FOLD ? segments / CLUSTER : segments), 0};
+                   from + segments / item_ctas<CLUSTER, FOLD>(), 0};
 }
 
 // static: internal linkage, so that its KernelFacts are this library's own. A template function's local static has
@@ -1500,7 +1508,7 @@ static cudaError_t launch(const Launch& l) {
   // row blocks per head rounded up to pairs, folds or folds of pairs; folds of pairs number a pair's work tiles
   constexpr int EVEN = (CLUSTER == 2 ? 2 : 1) * (FOLD ? 2 : 1);
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
-  p.work_tiles = p.m_blocks / (FOLD ? CLUSTER : 1) * l.batch * p.heads;
+  p.work_tiles = p.m_blocks / item_ctas<CLUSTER, FOLD>() * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
   // the output as 64-row boxes of 16-bit rows, for the kernels that stage O; the others never read the map
   CUtensorMap map_o{};
@@ -1516,7 +1524,7 @@ static cudaError_t launch(const Launch& l) {
   // splits its last round's work tiles (all of them when fewer than SMs) along the keys instead (plan_split). FOLD
   // deals persistent CTAs whole folds (a long and a short row block of one head, equal work for every fold).
   constexpr bool PERSISTENT = !CAUSAL || FOLD;
-  int grid = FOLD ? p.work_tiles / 2 * CLUSTER : p.work_tiles;
+  int grid = FOLD ? p.work_tiles / 2 * item_ctas<CLUSTER, FOLD>() : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -1547,7 +1555,7 @@ static cudaError_t launch(const Launch& l) {
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, map_o, p, split)) != cudaSuccess) return err;
   if constexpr (splits_tail<E, D>()) {
     if (split.from < p.work_tiles) {
-      const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS * (FOLD ? CLUSTER : 1));
+      const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS * item_ctas<CLUSTER, FOLD>());
       merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>
           <<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
       return cudaGetLastError();
