@@ -26,9 +26,10 @@ cuda_tests() {  # the CUDA C++ kernels' GPU tests (their build checks run in CI,
     timeout 420 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_sm90.py -m gpu -o addopts="" \
         --import-mode=importlib --noconftest -x 2>&1 | tee "$1" | tail -25
 }
-if [[ "$steps" == *" tests "* ]]; then
+if [[ "$steps" == *" tests "* ]]; then  # TESTS_K: a pytest -k expression, to run a few (e.g. "fold and pairs")
     FA3FP8_AUTOTUNE=0 timeout 480 python3 -m pytest -q -p no:cacheprovider tests/kernels -m gpu -o addopts="" \
-        --import-mode=importlib --noconftest 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 || status=1
+        --import-mode=importlib --noconftest ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/gpu-tests.log" | tail -25 \
+        || status=1
 fi
 if [[ "$steps" == *" cuda "* ]]; then
     cuda_tests "$OUT/cuda-tests.log" || status=1
