@@ -61,3 +61,9 @@ def host():
 def stalls():
     """benchmarks/stall_samples.py"""
     return _load("stall_samples")
+
+
+@pytest.fixture(scope="module")
+def sass():
+    """benchmarks/sass_diff.py"""
+    return _load("sass_diff")
