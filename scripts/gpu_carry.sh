@@ -7,7 +7,8 @@
 # Where nvcc is, .whl/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
 # building it on the GPU machine (~40 s of each fresh machine's time); `--lib` rebuilds only that library, after a
 # change to kernels/fa3fp8/csrc, and `--ab FLAGS` builds the library of a build switch (nvcc options FLAGS) into
-# .whl/ab, where `AB_FLAGS=FLAGS bash benchmarks/gpu_check.sh ab` looks for it. Needs the dev environment
+# .whl/ab, where `AB_FLAGS=FLAGS bash benchmarks/gpu_check.sh ab` looks for it, and lists the functions whose SASS
+# differs from the default library's in .whl/fa3fp8 (benchmarks/sass_diff.py). Needs the dev environment
 # (`bash scripts/setup.sh --dev`) and, but for --lib and --ab, the package index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ if [[ "${1:-}" == "--ab" ]]; then
     rm -rf .whl/ab
     FA3FP8_NVCC_FLAGS="${2:?--ab takes the nvcc options of the build to try}" PYTHONPATH=kernels \
         "$python" -m fa3fp8.cuda_build .whl/ab
+    # the functions whose machine code the switch changes, against the default library built here before
+    if compgen -G ".whl/fa3fp8/*.so" >/dev/null; then
+        "$python" benchmarks/sass_diff.py .whl/fa3fp8/*.so .whl/ab/*.so
+    fi
     exit
 fi
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
