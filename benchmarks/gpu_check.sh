@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
-#                                [e2e] [ab] [window] [host] [profile]
-# Writes logs and results under $OUT (default benchmarks/results). Needs python3 with torch + triton; the cuDNN FP8
+#                                [e2e] [ab] [window] [host] [profile] [pack]
+# Writes logs and results under $OUT (default benchmarks/results); `pack` moves what this call wrote there into one
+# archive, $OUT/gpu-check.tgz (a device call brings back at most 8 files). Needs python3 with torch + triton; the cuDNN FP8
 # peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/kernels:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-benchmarks/results}"
 mkdir -p "$OUT"
+started=$(mktemp)  # pack: the files written after this one are this call's
 steps=" $* "
 if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (the cudnn frontend for the cuDNN FP8 peer)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -98,5 +100,9 @@ if [[ "$steps" == *" profile "* ]]; then
     headline="attn_fwd<|Duration|Elapsed Cycles|sm__cycles_active|highest-utilized|Issued Ipc|Eligible Warps"
     grep -E "$headline|Cycles Per Issued" "$OUT/profile.txt" | cut -c1-150
     python3 benchmarks/stall_samples.py "$OUT/profile-sass.csv" | cut -c1-150 || status=1
+fi
+if [[ "$steps" == *" pack "* ]]; then
+    (cd "$OUT" && find . -type f -newer "$started" ! -name gpu-check.tgz -print0 \
+        | tar czf gpu-check.tgz --null -T - --remove-files) || status=1
 fi
 exit $status
