@@ -1048,6 +1048,9 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
     ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys among a CTA's work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
+    # pairs whose last pair is partly filled (balance_pair): 100 rows (two warpgroups), 1100 (76 rows past 1024 for
+    # 128-row blocks), 4096 (256 rows past 3840 for 192-row blocks: S4K's)
+    ([100, 1100, 4096], [100, 1100, 4096], 8, 2, 128, False),
     # without a causal mask, fewer work tiles than SMs, or a last round of a few: split along the keys (the kernel's
     # plan_split), where a sequence shorter than the longest leaves some segments no keys
     ([1024, 200], [4000, 1500], 4, 2, 128, False),
