@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stall_samples import BRANCH, PREDICATE  # noqa: E402
+from stall_samples import opcodes, wgmma_loops  # noqa: E402
 
 INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 LOCAL_MEMORY = ("STL", "LDL")
@@ -68,7 +68,7 @@ def library_sass(path: Path) -> dict:
 
 def opcode(source: str) -> str:
     """The opcode of an instruction without its predicate and modifiers (HGMMA, MUFU, BRA)."""
-    return PREDICATE.sub("", source).split(" ")[0].split(".")[0]
+    return opcodes([(0, source)])[0].split(".")[0]
 
 
 def key_tile_loop(code: list) -> tuple | None:
@@ -76,17 +76,9 @@ def key_tile_loop(code: list) -> tuple | None:
     exponential (MUFU.EX2): without execution counts, the innermost loop over the tensor cores and the softmax (a
     work tile's last P·V and epilogue can form a shorter loop over wgmma, with reciprocals). None when there is
     none."""
-    index = {address: i for i, (address, _) in enumerate(code)}
-    best = None
-    for last, (_, source) in enumerate(code):
-        match = BRANCH.search(source)
-        first = index.get(int(match.group(1), 16)) if match else None
-        body = [PREDICATE.sub("", s) for _, s in code[first:last + 1]] if first is not None and first < last else []
-        if not (any(opcode(s).endswith("GMMA") for s in body) and any(s.startswith("MUFU.EX2") for s in body)):
-            continue
-        if best is None or last - first < best[1] - best[0]:
-            best = (first, last)
-    return best
+    loops = [loop for loop in wgmma_loops(code)
+             if any(op.startswith("MUFU.EX2") for op in opcodes(code[loop[0]:loop[1] + 1]))]
+    return min(loops, key=lambda loop: loop[1] - loop[0], default=None)
 
 
 def loop_opcodes(code: list) -> Counter:

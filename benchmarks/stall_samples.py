@@ -37,7 +37,7 @@ class Instruction:
 
     @property
     def opcode(self) -> str:
-        return PREDICATE.sub("", self.source).split(" ")[0] if self.source.strip() else ""
+        return opcodes([(self.address, self.source)])[0]
 
 
 def read_source_page(path: Path) -> list:
@@ -68,22 +68,31 @@ def read_source_page(path: Path) -> list:
     return sorted(instructions, key=lambda ins: ins.address)
 
 
+def wgmma_loops(code: list) -> list:
+    """(first, last) indices of the backward branches' ranges that hold a wgmma (HGMMA / QGMMA), in `code`:
+    [(address, instruction)] in address order."""
+    index = {address: i for i, (address, _) in enumerate(code)}
+    loops = []
+    for last, (_, source) in enumerate(code):
+        match = BRANCH.search(source)
+        first = index.get(int(match.group(1), 16)) if match else None
+        if first is not None and first < last and any("GMMA" in opcode for opcode in opcodes(code[first:last + 1])):
+            loops.append((first, last))
+    return loops
+
+
+def opcodes(code: list) -> list:
+    """The opcodes (with their modifiers, without predicates) of [(address, instruction)]."""
+    return [PREDICATE.sub("", source).split(" ")[0] for _, source in code]
+
+
 def key_tile_loop(instructions: list) -> tuple:
     """(first, last) indices of the key-tile loop: of the backward branches whose range holds a wgmma, the one
     executed most often. ValueError when there is none."""
-    index = {ins.address: i for i, ins in enumerate(instructions)}
-    best = None
-    for last, ins in enumerate(instructions):
-        match = BRANCH.search(ins.source)
-        first = index.get(int(match.group(1), 16)) if match else None
-        if first is None or first >= last:
-            continue
-        if any("GMMA" in instructions[i].opcode for i in range(first, last + 1)):
-            if best is None or ins.executed > instructions[best[1]].executed:
-                best = (first, last)
-    if best is None:
+    loops = wgmma_loops([(ins.address, ins.source) for ins in instructions])
+    if not loops:
         raise ValueError("no loop over wgmma instructions (HGMMA / QGMMA) in this code")
-    return best
+    return max(loops, key=lambda loop: instructions[loop[1]].executed)
 
 
 def per_iteration(instructions: list, loop: tuple) -> dict:
