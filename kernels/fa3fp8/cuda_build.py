@@ -140,8 +140,6 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_fold_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 7
     lib.fa3fp8_fold_tiles.restype = i
     lib.fa3fp8_fold_tiles.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 2
-    lib.fa3fp8_pair_tiles.restype = i
-    lib.fa3fp8_pair_tiles.argtypes = [i] * 2 + [ctypes.POINTER(i)] + [i] * 2 + [ctypes.POINTER(i)] * 3
     lib.fa3fp8_fold_key_tiles.restype = i
     lib.fa3fp8_fold_key_tiles.argtypes = [i] * 5
     lib.fa3fp8_window_tiles.restype = i

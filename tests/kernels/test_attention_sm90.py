@@ -938,54 +938,6 @@ def test_fold_tiles_take_every_row_block_once_and_pair_blocks_that_read_the_same
     assert cuda_build.load().fa3fp8_fold_tiles(3, m, seqlen_q, seqlen_k, m_blk, n_tiles) == -2
 
 
-def dealt_pairs(balanced, seqlens, heads):
-    """fa3fp8_pair_tiles' work tiles as pairs in the order dealt: per CTA (sequence x heads + head, first row, end of
-    its rows), or None where the pair has no rows."""
-    cu = (ctypes.c_int * (len(seqlens) + 1))(*itertools.accumulate(seqlens, initial=0))
-    capacity = 2 * -(-max(seqlens) // 384) * len(seqlens) * heads
-    bh, m0, end = ((ctypes.c_int * capacity)() for _ in range(3))
-    assert cuda_build.load().fa3fp8_pair_tiles(balanced, len(seqlens), cu, heads, capacity, bh, m0, end) == capacity
-    tiles = [(bh[w], m0[w], end[w]) if bh[w] >= 0 else None for w in range(capacity)]
-    return list(zip(tiles[::2], tiles[1::2], strict=True))
-
-
-def consumers_busy(tile):
-    """Consumer warpgroups (64 rows each) with rows in a CTA's work tile."""
-    return 0 if tile is None else max(-(-(tile[2] - tile[1]) // 64), 0)
-
-
-@needs_nvcc
-@pytest.mark.parametrize("seqlens", [[4096] * 4, [16384], [384, 768], [100], [64, 65, 500, 3000, 7000, 4100]])
-def test_balanced_pairs_take_every_row_once_and_split_partly_filled_pairs_between_their_ctas(seqlens):
-    # pairs of 192-row blocks without a causal mask, in tile_at's order and balanced: every row of every (sequence,
-    # head) lies in exactly one work tile, and a pair's two CTAs take one (sequence, head); balanced, a partly filled
-    # pair's warpgroups of rows are split as evenly as they go, and the pairs at the longest sequence's last pair come
-    # after all others, one for each (sequence, head) in order (the CTAs running at once read the same heads' K and V)
-    heads = 3
-    plain, balanced = dealt_pairs(0, seqlens, heads), dealt_pairs(1, seqlens, heads)
-    for pairs in (plain, balanced):
-        for b, seqlen in enumerate(seqlens):
-            for h in range(heads):
-                rows = [r for pair in pairs for tile in pair if tile and tile[0] == b * heads + h
-                        for r in range(tile[1], tile[2])]
-                assert sorted(rows) == list(range(seqlen)), (b, h)
-        for first, second in pairs:
-            assert (first is None) == (second is None)
-            assert first is None or (first[0] == second[0] and first[2] - first[1] <= 192), (first, second)
-    before = sorted((first[0], first[1], max(map(consumers_busy, (first, second)))) for first, second in plain if first)
-    after = sorted((first[0], first[1], max(map(consumers_busy, (first, second)))) for first, second in balanced
-                   if first)
-    for (bh, start, busy_before), (_, _, busy_after) in zip(before, after, strict=True):
-        warpgroups = -(-(min(seqlens[bh // heads], start + 384) - start) // 64)
-        assert busy_after == -(-warpgroups // 2) <= busy_before, (bh, start)
-    last = -(-max(seqlens) // 384) - 1
-    firsts = [first for first, _ in balanced]
-    tail = len(seqlens) * heads
-    assert last == 0 or all(first[1] // 384 < last for first in firsts[:-tail] if first)
-    assert [first[0] for first in firsts[-tail:] if first] == [
-        b * heads + h for b, seqlen in enumerate(seqlens) if seqlen > 384 * last for h in range(heads)]
-
-
 @needs_nvcc
 def test_fold_key_tiles_are_asked_of_blocks_the_library_folds():
     assert cuda_build.load().fa3fp8_fold_key_tiles(128, 2, 8, 1000, 1000) == -1  # pairs fold three consumers only

@@ -397,31 +397,6 @@ int fa3fp8_fold_tiles(int cluster, int m_blocks, int seqlen_q, int seqlen_k, int
   return 0;
 }
 
-// Pairs' work tiles without a causal mask, for tests without a GPU: tile_at's view of `batch` sequences (cu_q, as many
-// keys as queries) of `heads` heads in pairs of 192-row blocks, work tile w dealt at [w] (of `capacity`), in tile_at's
-// order (balanced 0) or as balanced pairs (1: balanced_order, balance_pair): the sequence x heads + head whose rows it
-// takes, its first row and the end of its rows (rows of the sequence), -1 for all three where it has none. Returns
-// the launch's work tiles (none written where they are more than capacity).
-int fa3fp8_pair_tiles(int balanced, int batch, const int* cu_q, int heads, int capacity, int* bh, int* m0, int* end) {
-  constexpr int BLOCK_M = 3 * WG_ROWS;
-  Params p{};
-  int longest = 0;
-  for (int b = 0; b < batch; ++b) longest = max(longest, cu_q[b + 1] - cu_q[b]);
-  p.cu_q = cu_q, p.cu_k = cu_q, p.heads = heads, p.kv_heads = heads;
-  p.m_blocks = (longest + 2 * BLOCK_M - 1) / (2 * BLOCK_M) * 2;
-  p.work_tiles = p.m_blocks * batch * heads;
-  if (p.work_tiles > capacity) return p.work_tiles;
-  for (int w = 0; w < p.work_tiles; ++w) {
-    WorkTile t;
-    const bool rows = balanced ? tile_at<BLOCK_M, 128, false, 2, false, false, true>(p, w, t)
-                               : tile_at<BLOCK_M, 128, false, 2, false, false, false>(p, w, t);
-    bh[w] = rows ? t.b * heads + t.h : -1;
-    m0[w] = rows ? t.m0 : -1;
-    end[w] = rows ? min(t.m0 + BLOCK_M, t.seqlen_q) : -1;
-  }
-  return p.work_tiles;
-}
-
 // fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192, folded alone or in pairs (cluster 1 or
 // 2; -1 for others): a fold split's bound
 int fa3fp8_fold_key_tiles(int block_m, int cluster, int m_blocks, int seqlen_q, int seqlen_k) {

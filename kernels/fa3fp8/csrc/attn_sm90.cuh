@@ -39,13 +39,6 @@ namespace fa3fp8 {
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
 constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's K and V
-// An experiment's switch (FA3FP8_NVCC_FLAGS=-DFA3FP8_BALANCED_PAIRS=1; off by default, not yet timed): pairs without a
-// causal mask split a sequence's last, partly filled pair of row blocks evenly between their two CTAs and deal those
-// pairs last (balanced_order, balance_pair)
-#ifndef FA3FP8_BALANCED_PAIRS
-#define FA3FP8_BALANCED_PAIRS 0
-#endif
-constexpr bool BALANCED_PAIRS = FA3FP8_BALANCED_PAIRS;
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -610,33 +603,6 @@ struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split, n_lo;
 };
 
-// Balanced pairs (BALANCED_PAIRS): tile_at's number of the w-th work tile dealt. The pairs of row blocks keep tile_at's
-// order, head by head, but every head's last pair (m_blocks / 2 - 1) comes after all other pairs of the launch: a
-// sequence's last pair is lighter where it is partly filled (balance_pair), and dealt in order those would all fall to
-// the same few CTAs (at S4K, 11 pairs a head on 66 CTA pairs: every head's last to the same 6), where dealt last they
-// fill the last rounds, which the tail split shares out evenly.
-__host__ __device__ __forceinline__ int balanced_order(const Params& p, int w) {
-  const int pairs = p.m_blocks / 2, unit = w / 2, early = p.work_tiles / p.m_blocks * (pairs - 1);
-  const int bh = unit < early ? unit / (pairs - 1) : unit - early, pair = unit < early ? unit % (pairs - 1) : pairs - 1;
-  return (bh * pairs + pair) * 2 + w % 2;
-}
-
-// Balanced pairs: a pair (row blocks m_blk & ~1 and m_blk | 1) holding fewer of its sequence's rows than two row
-// blocks, n warpgroups' worth (64 rows each), gives its first CTA the first ceil(n / 2) warpgroups' rows and its
-// second the rest, so that both run about n / 2 consumers (S4K's last pair: 2 and 2 of 3, against 3 and 1 in whole
-// row blocks). The second CTA's rows start later (t.m0); the first's end at t.seqlen_q, so that its later warpgroups
-// idle as past a sequence's end (tile_at computes diag first).
-template <int BLOCK_M>
-__host__ __device__ __forceinline__ void balance_pair(int m_blk, WorkTile& t) {
-  const int first = (m_blk & ~1) * BLOCK_M, n = (t.seqlen_q - first + WG_ROWS - 1) / WG_ROWS;
-  if (n >= 2 * BLOCK_M / WG_ROWS) return;
-  const int cut = first + (n + 1) / 2 * WG_ROWS;
-  if (m_blk % 2 == 0)
-    t.seqlen_q = min(t.seqlen_q, cut);
-  else
-    t.m0 = cut;
-}
-
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
 // two CTAs takes row blocks 2i and 2i+1 of one sequence and head, which read the same K/V tiles: both run when the
@@ -647,13 +613,9 @@ __host__ __device__ __forceinline__ void balance_pair(int m_blk, WorkTile& t) {
 // on pairs of row blocks: w numbers a pair's work tiles (p.m_blocks / 2 of them per sequence and head, folded as
 // above), which both CTAs of a cluster take, each its row block `cta` of the pair. WINDOW (causal, one CTA a work
 // tile): the key tiles before the first one that the block's first row sees are skipped (key0), and those before the
-// first that its last row sees whole are masked (n_lo). BALANCED (pairs without a causal mask, BALANCED_PAIRS): w
-// counts the work tiles in balanced_order, and a partly filled pair's rows are split by balance_pair.
-template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false,
-          bool BALANCED = BALANCED_PAIRS && CLUSTER == 2 && !CAUSAL>
+// first that its last row sees whole are masked (n_lo).
+template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
 __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t, int cta = 0) {
-  static_assert(!BALANCED || (CLUSTER == 2 && !CAUSAL), "balanced pairs: pairs without a causal mask");
-  if constexpr (BALANCED) w = balanced_order(p, w);
   constexpr int LEVEL = item_ctas<CLUSTER, FOLD>();  // row blocks per work item
   const int blocks = p.m_blocks / LEVEL, bh = w / blocks, rank = w % blocks;
   const int m_blk = !CAUSAL ? rank
@@ -684,7 +646,6 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
     t.n_tiles = (hi - key0 + BLOCK_N - 1) / BLOCK_N;
     t.n_lo = (whole + BLOCK_N - 1) / BLOCK_N * BLOCK_N - key0;
   }
-  if constexpr (BALANCED) balance_pair<BLOCK_M>(m_blk, t);
   return true;
 }
 
