@@ -374,8 +374,6 @@ KERNELS = {  # (name, fp8) -> arguments of the CUDA launcher (None: the Triton k
     ("cuda-serial-3wg-fold", True): {"loop": "serial", "consumers": 3, "fold": True},
     ("cuda-overlap-fold-nosplit", True): {"loop": "overlap", "fold": True, "split": False},
     ("cuda-serial-3wg-fold-nosplit", True): {"loop": "serial", "consumers": 3, "fold": True, "split": False},
-    # folds of pairs: a cluster's two CTAs dealt folds of pairs of row blocks, sharing K/V (an experiment)
-    ("cuda-serial-3wg-fold-pairs", True): {"loop": "serial", "consumers": 3, "fold": True, "cluster": 2},
     ("cuda-overlap-3wg", True): {"loop": "overlap", "consumers": 3},  # d64 only (D64)
     ("cuda-overlap-3wg-fold", True): {"loop": "overlap", "consumers": 3, "fold": True},
 }
@@ -383,8 +381,7 @@ D128_ONLY = {("cuda-overlap-128", False), ("cuda-overlap-128-pairs", False), ("c
              ("cuda-serial-3wg-128-pairs", False), ("cuda-overlap-128-fold", False),
              ("cuda-overlap-128-fold-nosplit", False), ("cuda-serial-3wg-128-fold", False), ("cuda-serial-3wg", True),
              ("cuda-serial-256", True), ("cuda-serial-3wg-pairs", True), ("cuda-serial-3wg-pairs-nosplit", True),
-             ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True),
-             ("cuda-serial-3wg-fold-pairs", True)}
+             ("cuda-serial-3wg-fold", True), ("cuda-serial-3wg-fold-nosplit", True)}
 D256_ONLY = {("cuda-overlap-fold", False)}  # 16-bit folds at d128 take 128-key tiles
 # the kernels at d64 (128-key tiles, one CTA, two or three consumers in either loop, causal folds overlapped;
 # csrc/attn_sm90_d64.cu), and those of them built at d64 alone
@@ -396,7 +393,7 @@ FULL_ONLY = ("cuda-overlap-128-pairs", "cuda-overlap-nosplit", "cuda-overlap-pai
              "cuda-serial-3wg-pairs-nosplit")
 CAUSAL_ONLY = ("cuda-overlap-fold", "cuda-overlap-128-fold", "cuda-overlap-128-fold-nosplit", "cuda-serial-3wg-fold",
                "cuda-serial-3wg-128-fold", "cuda-overlap-fold-nosplit", "cuda-serial-3wg-fold-nosplit",
-               "cuda-overlap-3wg-fold", "cuda-serial-3wg-fold-pairs")
+               "cuda-overlap-3wg-fold")
 CUDA_HEAD_DIMS = (64, 128, 256)  # the kernels mode's head dims: those the CUDA kernel is built for
 PREFILL_SHAPE = (131072, 32, 8, 128)  # seqlen, heads, kv_heads, d: benchmarks/e2e.py's 128K prefill, per layer
 ROUNDS = 3  # every runner is timed once per round, rounds interleaved: rows give the median and the best

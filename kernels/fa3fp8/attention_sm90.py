@@ -428,10 +428,10 @@ def attention_fp8_fwd_sm90(
     keys permuted (fp8_layout.permute_v_keys), scales (heads, n_blocks), D one of BUILT_HEAD_DIMS. `loop`: "serial" or
     "overlap" (None: the head dim's default, LOOP); `consumers`: 2 or 3 warpgroups of 64 query rows per CTA (3: d128,
     serial, 128-key tiles; d64, either loop); `block_n`: keys per K/V tile, one of FP8_BLOCK_N; `cluster`: CTAs per
-    cluster, 1 or 2 (2: 128-key tiles, two consumers overlapped or three, not at d64; with `fold` three consumers only,
-    folds of pairs, an experiment; None: cluster_for's choice); `fold`: causal attention in persistent CTAs dealt folds
-    (a long and a short row block of one head) instead of one CTA per work tile (128-key tiles, two consumers
-    overlapped or three in order; d64: overlapped, two or three; see SHORT_CAUSAL); `split`: in a persistent launch (no causal mask, or folds of sequences of one length), let the
+    cluster, 1 or 2 (2: 128-key tiles, two consumers overlapped or three, not with `fold` or at d64; None: cluster_for's
+    choice); `fold`: causal attention in persistent CTAs dealt folds (a long and a short row block of one head) instead
+    of one CTA per work tile (128-key tiles, two consumers overlapped or three in order; d64: overlapped, two or three;
+    see SHORT_CAUSAL); `split`: in a persistent launch (no causal mask, or folds of sequences of one length), let the
     kernel split a last round that would leave CTAs idle along the keys and merge the parts, and in a causal launch of
     one CTA per work tile that fills at most `split_rounds` rounds of the SMs (1: fewer work tiles than SMs) the work
     tiles of its last round; `max_seqlen_k` (None: total keys, an upper bound) sizes those parts and takes part in

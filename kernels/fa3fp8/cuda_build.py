@@ -137,11 +137,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_tail_segments.restype = None
     lib.fa3fp8_tail_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 5
     lib.fa3fp8_fold_segments.restype = None
-    lib.fa3fp8_fold_segments.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 7
-    lib.fa3fp8_fold_tiles.restype = i
-    lib.fa3fp8_fold_tiles.argtypes = [i] * 4 + [ctypes.POINTER(i)] * 2
+    lib.fa3fp8_fold_segments.argtypes = [i] * 3 + [ctypes.POINTER(i)] * 7
     lib.fa3fp8_fold_key_tiles.restype = i
-    lib.fa3fp8_fold_key_tiles.argtypes = [i] * 5
+    lib.fa3fp8_fold_key_tiles.argtypes = [i] * 4
     lib.fa3fp8_window_tiles.restype = i
     lib.fa3fp8_window_tiles.argtypes = [i] * 6 + [ctypes.POINTER(i)] * 4
     return lib

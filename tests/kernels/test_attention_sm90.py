@@ -61,7 +61,7 @@ def test_builds_every_variant(ptxas_report):
     # FP8: (2 consumers: head dim {128, 256} x loop {serial, overlap}, and d128 256-key tiles in order; 3 consumers:
     # d128 in order) x causal x output {bf16, fp16}, pairs of CTAs (2 consumers overlapped at each
     # head dim, 3 in order at d128) x causal x output, and causal folds (2 consumers overlapped at each head dim, 3 in
-    # order at d128, alone or in pairs) x output;
+    # order at d128) x output;
     # BF16/FP16: dtype x (head dim {128, 256} x loop, and d128 128-key tiles overlapped) x causal, pairs of CTAs
     # (dtype x head dim x causal, overlapped, and d128 128-key tiles without a causal mask), causal folds (dtype x
     # head dim, overlapped; d128 on 128-key tiles), and three consumers in order (dtype x (alone or paired) x causal,
@@ -69,14 +69,13 @@ def test_builds_every_variant(ptxas_report):
     # output, 16-bit dtype x 2 head dims; d64 (128-key tiles): (FP8 output or 16-bit dtype) x consumers {2, 3} x (loop
     # x causal, and causal folds overlapped)
     kernels = [name for name in ptxas_report if "attn_fwd" in name]
-    assert len(kernels) == 24 + 6 * 2 + 6 + 2 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 4 * 2 * (4 + 1)
+    assert len(kernels) == 24 + 6 * 2 + 6 + 16 + 4 + 4 * 2 + 2 + 4 + 2 * 5 + 4 + 4 + 4 * 2 * (4 + 1)
     # the split's merge: one per (head dim, rows, keys per tile, causal, cluster, fold) of the kernels that split
     # (attention_sm90.splits_tail; without a causal mask FP8 7, BF16/FP16 d128 3, of which the 128-row, 128-key one is
-    # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3 and FP8
-    # d128's folds of pairs, BF16/FP16 d128 on FP8 d128's; d64's 128 and 192 rows x (full, causal, folds), FP8's and
-    # 16-bit's alike), x output dtype
+    # FP8's too; causal FP8 7, BF16/FP16 d128 5, of which only the 176-key ones are not FP8's; folds FP8 3, BF16/FP16
+    # d128 on FP8 d128's; d64's 128 and 192 rows x (full, causal, folds), FP8's and 16-bit's alike), x output dtype
     merges = [name for name in ptxas_report if "merge_segments" in name]
-    assert len(merges) == (9 + 9 + 3 + 1 + 6) * 2 and len(merges) + len(kernels) == len(ptxas_report)
+    assert len(merges) == (9 + 9 + 3 + 6) * 2 and len(merges) + len(kernels) == len(ptxas_report)
     # the Python launcher allocates a workspace for exactly these: (head dim, fp8) -> a merge only its tiles have
     only_theirs = {(128, False): "Li128ELi128ELi176E", (256, False): "Li256ELi128ELi80E",
                    (128, True): "Li128ELi192ELi128E", (256, True): "Li256ELi128ELi128E",
@@ -227,10 +226,10 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
         assert text.count("UTMASTG") == (d * 2 // 128 if room else 0), name
         staged += room
     # FP8 on 128-key tiles x 2 output dtypes (two consumers, each head dim: 2 loops x causal, pairs x causal, folds;
-    # three consumers at d128: causal, pairs x causal, folds alone and in pairs) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
+    # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
     # pairs without a mask, folds; three consumers: causal, pairs x causal, folds), and the windows on 128-key tiles
     # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes), and every d64 kernel (one panel a row of O)
-    assert staged == (2 * 7 + 6) * 2 + 9 * 2 + 4 + 2 + 4 * 2 * (4 + 1)
+    assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2 + 4 * 2 * (4 + 1)
 
 
 @needs_nvcc
@@ -627,14 +626,11 @@ def test_fp8_entry_point_checks_its_settings_before_any_launch():
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         for causal in (0, 1):
             assert entry(d, loop, consumers, 128, cluster=2, causal=causal) == -1, (d, loop, consumers, causal)
-    # folds: causal, 128-key tiles, two consumers overlapped or three in order; in pairs, three only
+    # folds: causal, 128-key tiles, two consumers overlapped or three in order
     for d, loop, consumers, block_n, causal in [(128, "overlap", 2, 128, 0), (128, "serial", 2, 128, 1),
                                                 (128, "serial", 2, 256, 1), (256, "serial", 3, 128, 1)]:
         assert entry(d, loop, consumers, block_n, causal=causal, fold=1) == -2, (d, loop, consumers, block_n)
     assert entry(128, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
-    assert entry(256, "overlap", 2, 128, causal=1, fold=1, cluster=2) == -2
-    assert entry(128, "serial", 3, 128, fold=1, cluster=2) == -2  # folds are causal
-    assert entry(128, "serial", 3, 128, causal=1, fold=1, cluster=2) == -1
     for d, loop, consumers in [(128, "overlap", 2), (256, "overlap", 2), (128, "serial", 3)]:
         assert entry(d, loop, consumers, 128, causal=1, fold=1) == -1, (d, loop, consumers)
     assert entry(128, "serial", 3, 128, causal=1, split_rounds=0) == -2
@@ -895,79 +891,38 @@ def causal_key_tiles(m_blk, block_m, seqlen_q, seqlen_k, block_n=128):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("block_m,cluster,seqlen_q,seqlen_k", [
-    (192, 1, 16384, 16384), (128, 1, 4096, 4096), (192, 1, 3000, 3000), (128, 1, 1000, 5000), (192, 1, 3000, 1000),
-    (128, 1, 1, 777), (192, 2, 16384, 16384), (192, 2, 3000, 3000), (192, 2, 3000, 1000), (192, 2, 100, 5000)])
-def test_fold_key_tiles_bounds_every_fold(block_m, cluster, seqlen_q, seqlen_k):
-    # plan_split's bound on a fold's iterations: the most key tiles of any fold (folded blocks m - 1 - f and f: a row
-    # block, or with pairs a pair's two, whose key tiles are those of one block of twice the rows)
-    rows = block_m * cluster
-    m = -(-seqlen_q // (2 * rows)) * 2
-    folds = [causal_key_tiles(m - 1 - f, rows, seqlen_q, seqlen_k) + causal_key_tiles(f, rows, seqlen_q, seqlen_k)
+@pytest.mark.parametrize("block_m,seqlen_q,seqlen_k", [(192, 16384, 16384), (128, 4096, 4096), (192, 3000, 3000),
+                                                       (128, 1000, 5000), (192, 3000, 1000), (128, 1, 777)])
+def test_fold_key_tiles_bounds_every_fold(block_m, seqlen_q, seqlen_k):
+    # plan_split's bound on a fold's iterations: the most key tiles of any fold (row blocks m - 1 - f and f)
+    m = -(-seqlen_q // (2 * block_m)) * 2
+    folds = [causal_key_tiles(m - 1 - f, block_m, seqlen_q, seqlen_k) + causal_key_tiles(f, block_m, seqlen_q, seqlen_k)
              for f in range(m // 2)]
-    assert cuda_build.load().fa3fp8_fold_key_tiles(block_m, cluster, m * cluster, seqlen_q, seqlen_k) == max(folds)
+    assert cuda_build.load().fa3fp8_fold_key_tiles(block_m, m, seqlen_q, seqlen_k) == max(folds)
 
 
-@needs_nvcc
-@pytest.mark.parametrize("cluster", [1, 2], ids=["folds", "folds-of-pairs"])
-@pytest.mark.parametrize("seqlen_q,seqlen_k", [(16384, 16384), (6000, 6000), (3000, 3000), (1000, 5000), (100, 100)])
-def test_fold_tiles_take_every_row_block_once_and_pair_blocks_that_read_the_same_keys(cluster, seqlen_q, seqlen_k):
-    # tile_at's folds of 192-row blocks (m_blocks rounded up to folds, with pairs to folds of pairs): every row block
-    # with rows is some CTA's work tile exactly once; in pairs, the two CTAs of an item take blocks 2s and 2s + 1 and
-    # read the later one's key tiles; each fold's key tiles (items 2f and 2f + 1) are bounded by fold_key_tiles
-    block_m = 192
-    m = -(-seqlen_q // (2 * cluster * block_m)) * 2 * cluster
-    m_blk, n_tiles = (ctypes.c_int * m)(), (ctypes.c_int * m)()
-    assert cuda_build.load().fa3fp8_fold_tiles(cluster, m, seqlen_q, seqlen_k, m_blk, n_tiles) == 0
-    blocks_with_rows = -(-seqlen_q // block_m)
-    taken = sorted(b for b in m_blk if b >= 0)
-    # a pair whose later block lies past the queries runs it beside the earlier one (its rows are not stored)
-    assert taken == list(range(-(-blocks_with_rows // cluster) * cluster))
-    for w in range(m // cluster):
-        blocks = [m_blk[w * cluster + cta] for cta in range(cluster)]
-        if blocks[0] < 0:
-            assert all(n_tiles[w * cluster + cta] == -1 for cta in range(cluster)), w
-            continue
-        last = blocks[0] // cluster * cluster + cluster - 1  # the pair's later block
-        assert blocks == list(range(last - cluster + 1, last + 1)), w
-        # the pair's key tiles: its later block's, where that has rows; the earlier one's own otherwise
-        expected = causal_key_tiles(last // cluster, block_m * cluster, seqlen_q, seqlen_k)
-        assert all(n_tiles[w * cluster + cta] == expected for cta in range(cluster)), w
-    folds = [sum(max(n_tiles[(2 * f + piece) * cluster], 0) for piece in (0, 1)) for f in range(m // cluster // 2)]
-    assert max(folds) == cuda_build.load().fa3fp8_fold_key_tiles(block_m, cluster, m, seqlen_q, seqlen_k)
-    assert cuda_build.load().fa3fp8_fold_tiles(3, m, seqlen_q, seqlen_k, m_blk, n_tiles) == -2
-
-
-@needs_nvcc
-def test_fold_key_tiles_are_asked_of_blocks_the_library_folds():
-    assert cuda_build.load().fa3fp8_fold_key_tiles(128, 2, 8, 1000, 1000) == -1  # pairs fold three consumers only
-    assert cuda_build.load().fa3fp8_fold_key_tiles(64, 1, 8, 1000, 1000) == -1
-
-
-def fold_segments(n_long, n_short, key_tiles, grid, cluster):
-    """The C library's fold split (fa3fp8_fold_segments) over `grid` CTAs in shares of `cluster`: (share, work tile,
-    begin, end, item) of each tail item, and the tail items whose segments the merge reads for each work tile."""
-    units, shares = len(n_long), grid // cluster
+def fold_segments(n_long, n_short, key_tiles, grid):
+    """The C library's fold split (fa3fp8_fold_segments): (share, work tile, begin, end) of each tail item, and the
+    workspace slots (tail items) that the merge reads for each work tile."""
+    units = len(n_long)
     ints = ctypes.c_int * units
-    tile, begin, end = ((ctypes.c_int * (4 * shares))() for _ in range(3))
+    tile, begin, end = ((ctypes.c_int * (4 * grid))() for _ in range(3))
     slots, n_slots = (ctypes.c_int * (2 * units * grid))(), (ctypes.c_int * (2 * units))()
-    cuda_build.load().fa3fp8_fold_segments(units, key_tiles, grid, cluster, ints(*n_long), ints(*n_short), tile, begin,
-                                           end, slots, n_slots)
-    items = [(x // 2 % shares, tile[x], begin[x], end[x], x) for x in range(4 * shares) if tile[x] >= 0]
+    cuda_build.load().fa3fp8_fold_segments(units, key_tiles, grid, ints(*n_long), ints(*n_short), tile, begin, end,
+                                           slots, n_slots)
+    items = [(x // 2 % grid, tile[x], begin[x], end[x], x) for x in range(4 * grid) if tile[x] >= 0]
     return items, [list(slots[i * grid:i * grid + n_slots[i]]) for i in range(2 * units)]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("units,grid,cluster,seed", [
-    (28, 132, 1, 0), (44, 132, 1, 1), (1, 132, 1, 2), (131, 132, 1, 3), (5, 16, 1, 4),
-    (22, 132, 2, 5), (65, 132, 2, 6), (1, 132, 2, 7), (3, 16, 2, 8)])  # folds of pairs: shares of two CTAs
-def test_fold_segments_cover_each_work_tile_once_and_the_merge_finds_them(units, grid, cluster, seed):
+@pytest.mark.parametrize("units,grid,seed", [(28, 132, 0), (44, 132, 1), (1, 132, 2), (131, 132, 3), (5, 16, 4)])
+def test_fold_segments_cover_each_work_tile_once_and_the_merge_finds_them(units, grid, seed):
     rng = random.Random(seed)
     key_tiles = rng.randrange(20, 200)
     n_long = [rng.randrange(key_tiles // 2, key_tiles + 1) for _ in range(units)]
     n_short = [rng.randrange(0, key_tiles - n + 1) for n in n_long]  # a fold's two tiles fit its bound
     n_long[0], n_short[0] = 0, 0  # a fold without keys (rows that see none): no segment, the merge writes zeros
-    items, slots = fold_segments(n_long, n_short, key_tiles, grid, cluster)
+    items, slots = fold_segments(n_long, n_short, key_tiles, grid)
     for i in range(2 * units):
         n = (n_long if i % 2 == 0 else n_short)[i // 2]
         ranges = sorted((begin, end) for _, tile, begin, end, _ in items if tile == i)
@@ -976,10 +931,8 @@ def test_fold_segments_cover_each_work_tile_once_and_the_merge_finds_them(units,
             assert ranges[0][0] == 0 and ranges[-1][1] == n, i
             assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), i  # no gap, no overlap
         assert sorted(slots[i]) == sorted(x for _, tile, _, _, x in items if tile == i), i  # each segment once
-    shares = grid // cluster
-    per_share = [sum(end - begin for c, _, begin, end, _ in items if c == share) for share in range(shares)]
-    assert max(per_share) <= -(-units * key_tiles // shares)
-    assert all(x * cluster + cluster - 1 < 4 * grid for *_, x in items)  # each CTA's slot lies in the workspace
+    per_share = [sum(end - begin for c, _, begin, end, _ in items if c == share) for share in range(grid)]
+    assert max(per_share) <= -(-units * key_tiles // grid)
 
 
 # ------------------------------------------------------------------------------------------ on the GPU
@@ -1000,7 +953,7 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
     ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys among a CTA's work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
-    # pairs whose last pair is partly filled (balance_pair): 100 rows (two warpgroups), 1100 (76 rows past 1024 for
+    # pairs whose last pair is partly filled: 100 rows (two warpgroups), 1100 (76 rows past 1024 for
     # 128-row blocks), 4096 (256 rows past 3840 for 192-row blocks: S4K's)
     ([100, 1100, 4096], [100, 1100, 4096], 8, 2, 128, False),
     # without a causal mask, fewer work tiles than SMs, or a last round of a few: split along the keys (the kernel's
@@ -1059,9 +1012,9 @@ def _packed(lens, heads, d, gen):
 @pytest.mark.parametrize("loop,consumers,block_n,cluster,fold",
                          [("overlap", 2, 128, 1, False), ("serial", 2, 128, 1, False), ("serial", 3, 128, 1, False),
                           ("serial", 2, 256, 1, False), ("overlap", 2, 128, 2, False), ("serial", 3, 128, 2, False),
-                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True), ("serial", 3, 128, 2, True)],
+                          ("overlap", 2, 128, 1, True), ("serial", 3, 128, 1, True)],
                          ids=["overlap", "serial", "serial-3wg", "serial-256", "overlap-pairs", "serial-3wg-pairs",
-                              "overlap-fold", "serial-3wg-fold", "serial-3wg-fold-pairs"])
+                              "overlap-fold", "serial-3wg-fold"])
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,d,causal", CASES,
                          ids=[f"q{'_'.join(map(str, c[0]))}-k{'_'.join(map(str, c[1]))}-H{c[2]}-KV{c[3]}-D{c[4]}"
                               f"-{'causal' if c[5] else 'full'}" for c in CASES])
@@ -1306,32 +1259,6 @@ def test_split_last_round_changes_only_rounding(lens_q, lens_k, heads, kv_heads,
     # parts, and of 10 in pairs, 160 pairs, the last 28 (on 66 pairs) in 2. Split along the keys and merged, the
     # output moves by rounding only (and does move: the split ran)
     assert_split_changes_only_rounding(128, lens_q, lens_k, heads, kv_heads, causal, settings)
-
-
-@pytest.mark.gpu
-@needs_hopper
-def test_fp8_folds_of_pairs_match_folds_alone_up_to_rounding():
-    # FP8 d128, three consumers, causal over 6000 keys: 32 row blocks of 192 a head, 8 folds of pairs of them, 12 heads:
-    # 96 folds on 66 pairs, the last 30 split along the keys. A pair's earlier block also reads the later one's key
-    # tiles, which its mask hides (and whose V scales may raise its v_max), so its output matches one CTA's folds up to
-    # rounding; split and not, too (and differs: the split ran)
-    lens, heads, kv_heads, d = [6000], 12, 4, 128
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    q, cu = _packed(lens, heads, d, gen)
-    k, _ = _packed(lens, kv_heads, d, gen)
-    v, _ = _packed(lens, kv_heads, d, gen)
-    b = quantize_qkv_reference(q, k, v, cu, cu, 64, attention_sm90.KV_BLOCK)
-    args = (b.q8, b.k8, permute_v_keys(b.v8t), cu, cu, max(lens), d**-0.5, True, b.q_scale, b.k_scale, b.v_scale,
-            b.cu_blocks_q, b.cu_blocks_k, 64, torch.bfloat16)
-    three = {"loop": "serial", "consumers": 3, "fold": True, "max_seqlen_k": max(lens)}
-    alone, alone_lse = attention_sm90.attention_fp8_fwd_sm90(*args, cluster=1, split=False, **three)
-    split, split_lse = attention_sm90.attention_fp8_fwd_sm90(*args, cluster=2, **three)
-    whole, whole_lse = attention_sm90.attention_fp8_fwd_sm90(*args, cluster=2, split=False, **three)
-    assert not torch.equal(split, whole)
-    for out, lse in ((split, split_lse), (whole, whole_lse)):
-        assert torch.isfinite(out).all()
-        assert (out.double() - alone.double()).abs().max().item() <= 2**-7
-        assert (lse - alone_lse).abs().max().item() <= 1e-4
 
 
 @pytest.mark.gpu

@@ -32,17 +32,13 @@ cudaError_t launch_fp8(bool causal, int loop, int block_n, int cluster, bool fol
 }
 
 // three consumers only in order (with softmax under P·V they run out of registers and spill); cluster 2 and fold as
-// above, and both: folds of pairs, a cluster's two CTAs dealt folds of pairs of row blocks (tile_at; an experiment,
-// on request only)
+// above
 template <typename OutT>
 cudaError_t launch_fp8_three_consumers(bool causal, int cluster, bool fold, const Launch& l) {
-  if (fold) {
-    return cluster == 2 ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2, true>(l)
-                        : launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
-  }
   if (cluster == 2)
     return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 2>(l)
                   : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT, 2>(l);
+  if (fold) return launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, true>(l);
   return causal ? launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT>(l)
                 : launch<E4M3, 128, 128, 4, 3, false, SERIAL, OutT>(l);
 }
@@ -119,50 +115,19 @@ cudaError_t launch_fp8_window(int d, const Launch& l) {
                   : launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, false, true>(l);
 }
 
-// A fold split's rules, for tests without a GPU: of `units` folds whose work tiles have n_long[u] and n_short[u] key
-// tiles, split as at most `key_tiles` iterations each over `grid` CTAs in shares of `cluster` (1, or 2: folds of
-// pairs, whose work tiles are a pair's): each tail item x's work tile (2 x unit + piece, -1: none) and key tiles at
-// tile[x], begin[x], end[x] (4 x grid / cluster items), and the tail items whose segments merge_segments reads for
-// work tile i, slots[i x grid ..] (n_slots[i] of them; a pair's CTAs write item x to slots 2x and 2x + 1).
-template <int CLUSTER>
-void fold_segments(int units, int key_tiles, int grid, const int* n_long, const int* n_short, int* tile, int* begin,
-                   int* end, int* slots, int* n_slots) {
-  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0, 0};
-  for (int x = 0; x < segments_per_cta(true) * grid / CLUSTER; ++x) {
-    int unit, b, e;
-    const int piece = x % 2;
-    tile[x] = fold_segment<CLUSTER>(split, x, unit, b, e) &&
-                      fold_piece(b, e, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit], begin[x], end[x])
-                  ? 2 * unit + piece
-                  : -1;
-  }
-  for (int i = 0; i < 2 * units; ++i) {
-    const int unit = i / 2, piece = i % 2;
-    int first, last;
-    unit_shares<CLUSTER>(split, unit, first, last);
-    n_slots[i] = 0;
-    for (int c = first; c <= last; ++c) {
-      const int slot =
-          fold_slot<CLUSTER>(split, c, unit, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit]);
-      if (slot >= 0) slots[i * grid + n_slots[i]++] = slot;
-    }
-  }
-}
-
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
 // unsupported (head dim, consumers, loop, block_n, cluster, fold), else the CUDA error. d: 64, 128 or 256 (64:
 // d64_settings only).
 // loop: a Loop, SERIAL or OVERLAP; consumers: 2 or 3 warpgroups of 64 query rows (3: d128, SERIAL, 128 keys);
-// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V tile
-// (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds (128 keys;
-// two consumers OVERLAP, or three; with cluster 2, three only: folds of pairs), 0 one CTA per work tile. workspace:
-// fa3fp8_split_workspace_bytes for the device's SM count and the fold flag, where the last round of a persistent launch
-// (no causal mask, or folds) may be split along the keys (TailSplit); null never splits. split_rounds (at least 1): a
-// causal launch of one CTA per work tile splits its last round where its work tiles fill at most this many rounds of
-// the SMs. window_left: -1, or causal attention in a sliding window of window_left + 1 keys on the settings
-// window_settings names.
+// block_n: keys per K/V tile, 128, or 256 at d128 (two consumers, SERIAL); cluster: 1, or 2 CTAs sharing each K/V
+// tile (128 keys; two consumers OVERLAP, or three); fold: 1 runs causal attention in persistent CTAs dealt folds
+// (128 keys; two consumers OVERLAP, or three), 0 one CTA per work tile. workspace: fa3fp8_split_workspace_bytes for
+// the device's SM count and the fold flag, where the last round of a persistent launch (no causal mask, or folds)
+// may be split along the keys (TailSplit); null never splits. split_rounds (at least 1): a causal launch of one CTA
+// per work tile splits its last round where its work tiles fill at most this many rounds of the SMs. window_left: -1,
+// or causal attention in a sliding window of window_left + 1 keys on the settings window_settings names.
 int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* out, float* lse, const float* q_scale,
                         const float* k_scale, const float* v_scale, const int* cu_q, const int* cu_k, const int* cu_bq,
                         const int* cu_bk, int batch, int heads, int kv_heads, int d, int total_q, int total_k,
@@ -181,8 +146,7 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
         (block_n != 128 && block_n != 256) || (consumers == 3 && (d != 128 || loop != SERIAL || block_n != 128)) ||
         (block_n == 256 && (d != 128 || loop != SERIAL)) || (cluster != 1 && cluster != 2) ||
         (cluster == 2 && (block_n != 128 || (consumers == 2 && loop != OVERLAP))) ||
-        (fold != 0 && (fold != 1 || !causal || (cluster != 1 && consumers != 3) || block_n != 128 ||
-                       (consumers == 2 && loop != OVERLAP))))
+        (fold != 0 && (fold != 1 || !causal || cluster != 1 || block_n != 128 || (consumers == 2 && loop != OVERLAP))))
       return UNSUPPORTED;
   }
   Launch l;
@@ -341,11 +305,31 @@ void fa3fp8_tail_segments(int units, int key_tiles, int grid, int cluster, int* 
   }
 }
 
-// fold_segments (above) for tests without a GPU, cluster 1 or 2
-void fa3fp8_fold_segments(int units, int key_tiles, int grid, int cluster, const int* n_long, const int* n_short,
-                          int* tile, int* begin, int* end, int* slots, int* n_slots) {
-  (cluster == 2 ? fold_segments<2> : fold_segments<1>)(units, key_tiles, grid, n_long, n_short, tile, begin, end, slots,
-                                                      n_slots);
+// A fold split's rules, for tests without a GPU: of `units` folds whose work tiles have n_long[u] and n_short[u] key
+// tiles, split as at most `key_tiles` iterations each over `grid` CTAs: each tail item x's work tile (2 x unit +
+// piece, -1: none) and key tiles at tile[x], begin[x], end[x] (4 x grid items), and the workspace slots that
+// merge_segments reads for work tile i, slots[i x grid ..] (n_slots[i] of them).
+void fa3fp8_fold_segments(int units, int key_tiles, int grid, const int* n_long, const int* n_short, int* tile,
+                          int* begin, int* end, int* slots, int* n_slots) {
+  const TailSplit split = {nullptr, nullptr, 0, units, key_tiles, grid, 0, 0};
+  for (int x = 0; x < segments_per_cta(true) * grid; ++x) {
+    int unit, b, e;
+    const int piece = x % 2;
+    tile[x] = fold_segment(split, x, unit, b, e) &&
+                      fold_piece(b, e, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit], begin[x], end[x])
+                  ? 2 * unit + piece
+                  : -1;
+  }
+  for (int i = 0; i < 2 * units; ++i) {
+    const int unit = i / 2, piece = i % 2;
+    int first, last;
+    unit_shares<1>(split, unit, first, last);
+    n_slots[i] = 0;
+    for (int c = first; c <= last; ++c) {
+      const int slot = fold_slot(split, c, unit, piece, n_long[unit], piece == 0 ? n_long[unit] : n_short[unit]);
+      if (slot >= 0) slots[i * grid + n_slots[i]++] = slot;
+    }
+  }
 }
 
 // A sliding window's work tiles, for tests without a GPU: tile_at's WINDOW view of row block m of one sequence of
@@ -375,33 +359,8 @@ int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, in
   return 0;
 }
 
-// Causal folds' work tiles, for tests without a GPU: tile_at's FOLD view of one sequence of seqlen_q queries and
-// seqlen_k keys in m_blocks row blocks of 192 rows on 128-key tiles, alone (cluster 1) or in pairs (2): at [w x
-// cluster + cta] the row block that CTA `cta` takes as work item w, and its key tiles; -1 for both where the item has
-// no rows. Returns -2 for another cluster.
-int fa3fp8_fold_tiles(int cluster, int m_blocks, int seqlen_q, int seqlen_k, int* m_blk, int* n_tiles) {
-  if (cluster != 1 && cluster != 2) return static_cast<int>(UNSUPPORTED);
-  const int cu_q[2] = {0, seqlen_q}, cu_k[2] = {0, seqlen_k};
-  Params p{};
-  p.cu_q = cu_q, p.cu_k = cu_k, p.heads = 1, p.kv_heads = 1, p.m_blocks = m_blocks;
-  constexpr int BLOCK_M = 3 * WG_ROWS;
-  for (int w = 0; w < m_blocks / cluster; ++w) {
-    for (int cta = 0; cta < cluster; ++cta) {
-      WorkTile t;
-      const bool rows = cluster == 2 ? tile_at<BLOCK_M, 128, true, 2, true>(p, w, t, cta)
-                                     : tile_at<BLOCK_M, 128, true, 1, true>(p, w, t);
-      m_blk[w * cluster + cta] = rows ? t.m0 / BLOCK_M : -1;
-      n_tiles[w * cluster + cta] = rows ? t.n_tiles : -1;
-    }
-  }
-  return 0;
-}
-
-// fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192, folded alone or in pairs (cluster 1 or
-// 2; -1 for others): a fold split's bound
-int fa3fp8_fold_key_tiles(int block_m, int cluster, int m_blocks, int seqlen_q, int seqlen_k) {
-  if (cluster == 2 && block_m == 3 * WG_ROWS) return fold_key_tiles<3 * WG_ROWS, 128, 2>(m_blocks, seqlen_q, seqlen_k);
-  if (cluster != 1) return -1;
+// fold_key_tiles of 128-key tiles for row blocks of block_m rows, 128 or 192 (-1 for others): a fold split's bound
+int fa3fp8_fold_key_tiles(int block_m, int m_blocks, int seqlen_q, int seqlen_k) {
   if (block_m == 2 * WG_ROWS) return fold_key_tiles<2 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);
   if (block_m == 3 * WG_ROWS) return fold_key_tiles<3 * WG_ROWS, 128>(m_blocks, seqlen_q, seqlen_k);
   return -1;

@@ -587,13 +587,6 @@ __device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2]
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-// CTAs that walk each work item together, each on its own row block of the item: folds of pairs' two (tile_at),
-// else one (pairs without folds number each CTA's work tile on its own)
-template <int CLUSTER, bool FOLD>
-__host__ __device__ constexpr int item_ctas() {
-  return FOLD ? CLUSTER : 1;
-}
-
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
 // A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
 // and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
@@ -609,17 +602,14 @@ struct WorkTile {
 // first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
-// for every f, so that CTAs dealt whole folds round-robin get equal work. FOLD with CLUSTER 2: the same one level up,
-// on pairs of row blocks: w numbers a pair's work tiles (p.m_blocks / 2 of them per sequence and head, folded as
-// above), which both CTAs of a cluster take, each its row block `cta` of the pair. WINDOW (causal, one CTA a work
-// tile): the key tiles before the first one that the block's first row sees are skipped (key0), and those before the
-// first that its last row sees whole are masked (n_lo).
+// for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, one CTA a work tile): the
+// key tiles before the first one that the block's first row sees are skipped (key0), and those before the first that
+// its last row sees whole are masked (n_lo).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
-__host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t, int cta = 0) {
-  constexpr int LEVEL = item_ctas<CLUSTER, FOLD>();  // row blocks per work item
-  const int blocks = p.m_blocks / LEVEL, bh = w / blocks, rank = w % blocks;
+__host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
+  const int bh = w / p.m_blocks, rank = w % p.m_blocks;
   const int m_blk = !CAUSAL ? rank
-                    : FOLD  ? (rank % 2 == 0 ? blocks - 1 - rank / 2 : rank / 2) * LEVEL + cta
+                    : FOLD  ? (rank % 2 == 0 ? p.m_blocks - 1 - rank / 2 : rank / 2)
                             : p.m_blocks - 1 - rank;
   t.b = bh / p.heads;
   t.h = bh % p.heads;
@@ -665,20 +655,16 @@ __host__ __device__ __forceinline__ bool tail_segment(const TailSplit& split, in
 }
 
 // Folds: a split unit is a fold, its iterations its long work tile's key tiles (rank 2f), then its short one's (2f+1).
-// Segment s of share c (a CTA, or with CLUSTER 2 a pair, of split.grid / CLUSTER) is piece s % 2 (0: the long work
-// tile, 1: the short) of the (s / 2)-th unit the share touches; a share dealt folds visits it as tail item
-// 2 (c + s / 2 x shares) + s % 2 (next_work).
-template <int CLUSTER>
+// Segment s of share c is piece s % 2 (0: the long work tile, 1: the short) of the (s / 2)-th unit the share touches;
+// a CTA dealt folds visits it as tail item 2 (c + s / 2 x grid) + s % 2 (next_work).
 __host__ __device__ __forceinline__ int fold_item(const TailSplit& split, int c, int s) {
-  return 2 * (c + s / 2 * (split.grid / CLUSTER)) + s % 2;
+  return 2 * (c + s / 2 * split.grid) + s % 2;
 }
 
 // The fold `unit` and its iterations [b, e) that tail item x takes (fold_item's inverse); false when its share
-// touches no (x / 2 / shares)-th unit
-template <int CLUSTER>
+// touches no (x / 2 / grid)-th unit
 __host__ __device__ __forceinline__ bool fold_segment(const TailSplit& split, int x, int& unit, int& b, int& e) {
-  const int shares = split.grid / CLUSTER;
-  return tail_segment<CLUSTER>(split, x / 2 % shares, x / 2 / shares, unit, b, e);
+  return tail_segment<1>(split, x / 2 % split.grid, x / 2 / split.grid, unit, b, e);
 }
 
 // Key tiles [begin, end) of a fold's work tile `piece` (n key tiles; the long one's n_long come first) that the
@@ -693,13 +679,12 @@ __host__ __device__ __forceinline__ bool fold_piece(int b, int e, int piece, int
 
 // The tail item of share c's segment on piece `piece` of fold `unit` (n_long: its long work tile's key tiles, n: the
 // piece's), or -1 when the share has none there
-template <int CLUSTER>
 __host__ __device__ __forceinline__ int fold_slot(const TailSplit& split, int c, int unit, int piece, int n_long,
                                                   int n) {
   for (int half = 0; half < 2; ++half) {
     int u, b, e, begin, end;
-    if (tail_segment<CLUSTER>(split, c, half, u, b, e) && u == unit && fold_piece(b, e, piece, n_long, n, begin, end))
-      return fold_item<CLUSTER>(split, c, 2 * half + piece);
+    if (tail_segment<1>(split, c, half, u, b, e) && u == unit && fold_piece(b, e, piece, n_long, n, begin, end))
+      return fold_item(split, c, 2 * half + piece);
   }
   return -1;
 }
@@ -749,17 +734,17 @@ __host__ __device__ constexpr bool splits_tail() {
 // fold_item's segment of the share; causal launches of one CTA per work tile: causal_item's part of a work tile).
 // False when the item has no rows (varlen) or the share no segment `seg` (folds: no keys of that piece).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool SPLIT, bool WINDOW = false>
-__device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t, int cta) {
-  if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, WINDOW>(p, w, t, cta);
+__device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& split, int w, WorkTile& t) {
+  if (!SPLIT || w < split.from) return tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, WINDOW>(p, w, t);
   const int x = w - split.from;
   int unit, begin, end;
   if constexpr (FOLD) {
     const int piece = x % 2;
-    if (!fold_segment<CLUSTER>(split, x, unit, begin, end)) return false;
+    if (!fold_segment(split, x, unit, begin, end)) return false;
     const int fold = split.from + 2 * unit;
-    const bool rows = tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold, t, cta);
+    const bool rows = tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold, t);
     const int n_long = rows ? t.n_tiles : 0;
-    if ((piece == 0 ? !rows : !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold + 1, t, cta)) ||
+    if ((piece == 0 ? !rows : !tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, fold + 1, t)) ||
         !fold_piece(begin, end, piece, n_long, t.n_tiles, begin, end))
       return false;
   } else if constexpr (CAUSAL) {
@@ -776,24 +761,23 @@ __device__ __forceinline__ bool work_tile(const Params& p, const TailSplit& spli
   t.key0 = begin * BLOCK_N;
   t.k_start += t.key0, t.seqlen_k -= t.key0, t.diag -= t.key0, t.n_full -= t.key0;
   t.n_tiles = end - begin;
-  // folds of pairs: both CTAs take item x, each into its own slot (pairs without folds: cta is the work tile's rank)
-  t.split = item_ctas<CLUSTER, FOLD>() > 1 ? x * item_ctas<CLUSTER, FOLD>() + cta : x;
+  t.split = x;
   return true;
 }
 
-// This CTA's work tiles in order: blockIdx.x, + gridDim.x, ...; FOLD: both work tiles of folds c, c + shares, ...
-// (work tiles 2f and 2f+1), c this CTA's share: itself, or with CLUSTER 2 its pair (both CTAs walk the same items)
-template <bool FOLD, int CLUSTER>
+// This CTA's work tiles in order: blockIdx.x, + gridDim.x, ...; FOLD: both work tiles of folds blockIdx.x,
+// + gridDim.x, ... (work tiles 2f and 2f+1)
+template <bool FOLD>
 __device__ __forceinline__ int first_work() {
-  return FOLD ? 2 * (blockIdx.x / item_ctas<CLUSTER, FOLD>()) : blockIdx.x;
+  return FOLD ? 2 * blockIdx.x : blockIdx.x;
 }
 template <bool SPLIT>
 __device__ __forceinline__ int work_end(const Params& p, const TailSplit& split) {
   return SPLIT ? split.items : p.work_tiles;
 }
-template <bool FOLD, int CLUSTER>
+template <bool FOLD>
 __device__ __forceinline__ int next_work(int w) {
-  return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * (gridDim.x / item_ctas<CLUSTER, FOLD>());
+  return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
@@ -829,8 +813,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr bool SKIP_IDLE = D != 64 || (E::FP8 && FOLD);
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
-  static_assert(CLUSTER == 1 || (CLUSTER == 2 && BLOCK_N % 16 == 0), "pairs: half tiles of whole 8-row swizzle groups");
-  static_assert(!FOLD || CAUSAL, "folds pair causal row blocks");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
+                "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
+  static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
   static_assert(!WINDOW || (CAUSAL && CLUSTER == 1 && !FOLD), "windows: causal, one CTA per work tile");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
@@ -863,9 +848,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
-    for (int w = first_work<FOLD, CLUSTER>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD, CLUSTER>(w)) {
+    for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
-      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t, rank)) continue;
+      if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
@@ -924,9 +909,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD, CLUSTER>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD, CLUSTER>(w)) {
+  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t, rank)) continue;
+    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -1217,27 +1202,20 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   constexpr int COLS = D / 32;
   using Cols = std::conditional_t<COLS % 4 == 0, float4, float2>;  // a lane's loads: d64's 2 columns are one float2
   constexpr int VEC = sizeof(Cols) / sizeof(float);
-  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles (folds of pairs: pairs' work tiles) per unit
-  constexpr int ITEM_CTAS = item_ctas<CLUSTER, FOLD>();  // blockIdx.y: the CTA's row block of the item's, then y
-  constexpr int Y_BLOCKS = BLOCK_M / MERGE_ROWS;
+  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
-  const int cta = ITEM_CTAS > 1 ? blockIdx.y / Y_BLOCKS : 0;
-  // this CTA's row group of the work tile (read where it is used: held across the merge, it spilled)
-  auto y = [] { return ITEM_CTAS > 1 ? blockIdx.y % Y_BLOCKS : blockIdx.y; };
   WorkTile t;
-  if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t, cta) ||
-      t.m0 + y() * MERGE_ROWS >= t.seqlen_q)
+  if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
+      t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
     return;
   if (threadIdx.x < 32) {
     int n_long = t.n_tiles;  // FOLD: the long work tile's key tiles, where the short one's iterations start
     if constexpr (FOLD) {
       WorkTile long_tile;
       if (rank == 1)
-        n_long = tile_at<BLOCK_M, BLOCK_N, true, CLUSTER, true>(p, split.from + 2 * unit, long_tile, cta)
-                     ? long_tile.n_tiles
-                     : 0;
+        n_long = tile_at<BLOCK_M, BLOCK_N, true, 1, true>(p, split.from + 2 * unit, long_tile) ? long_tile.n_tiles : 0;
     }
     int first = 0, last = split.parts - 1, count = 0;
     if constexpr (!CAUSAL || FOLD) unit_shares<CLUSTER>(split, unit, first, last);
@@ -1245,8 +1223,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
       const int c = base + lane;
       int slot = -1;  // the segment of share (causal: part) c on this work tile, if any
       if constexpr (FOLD) {
-        if (c <= last) slot = fold_slot<CLUSTER>(split, c, unit, rank, n_long, t.n_tiles);
-        if (slot >= 0) slot = slot * ITEM_CTAS + cta;  // both CTAs of a pair took the item, each into its own slot
+        if (c <= last) slot = fold_slot(split, c, unit, rank, n_long, t.n_tiles);
       } else if constexpr (CAUSAL) {
         if (c <= last) slot = causal_slot<CLUSTER>(split, unit, rank, c);
       } else {
@@ -1264,7 +1241,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
     if (lane == 0) n_slots = count;
   }
   __syncthreads();
-  const int r = y() * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
+  const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
   if (row >= t.seqlen_q) return;
   const float* lse = split.lse + r;  // segment x's lse at lse[x * BLOCK_M]
   float m = -INFINITY;
@@ -1404,17 +1381,14 @@ inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_bl
   return first_blk * block_m < seqlen_q ? (hi + block_n - 1) / block_n : 0;
 }
 
-// Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks a multiple of 2 x CLUSTER),
-// every sequence seqlen_q queries and seqlen_k keys long: a fold is folded blocks m - 1 - f and f of the m = m_blocks /
-// CLUSTER (a row block, or with CLUSTER 2 a pair's two, tile_at), their key tiles its iterations
-template <int BLOCK_M, int BLOCK_N, int CLUSTER = 1>
+// Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks even), every sequence
+// seqlen_q queries and seqlen_k keys long: a fold is row blocks m_blocks - 1 - f and f, their key tiles its
+// iterations
+template <int BLOCK_M, int BLOCK_N>
 int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
-  auto tiles = [&](int blk) {
-    return causal_key_tiles(BLOCK_M, BLOCK_N, blk * CLUSTER, blk * CLUSTER + CLUSTER - 1, seqlen_q, seqlen_k);
-  };
-  const int m = m_blocks / CLUSTER;
+  auto tiles = [&](int m_blk) { return causal_key_tiles(BLOCK_M, BLOCK_N, m_blk, m_blk, seqlen_q, seqlen_k); };
   int most = 0;
-  for (int f = 0; f < m / 2; ++f) most = max(most, tiles(m - 1 - f) + tiles(f));
+  for (int f = 0; f < m_blocks / 2; ++f) most = max(most, tiles(m_blocks - 1 - f) + tiles(f));
   return most;
 }
 
@@ -1455,11 +1429,10 @@ inline int causal_split(int work_tiles, int m_blocks, int shares, int cluster, i
 // split. A persistent launch (no causal mask, or folds) splits its last round where split_units finds one; a causal
 // launch of one CTA per work tile where causal_split finds parts (a few queries over a long context). Folds split
 // only when every sequence has the longest one's lengths (total = batch x longest, of queries and of keys): their
-// iterations are then bounded by fold_key_tiles. Folds of pairs split as folds do, a pair's work tiles for a CTA's and
-// pairs for CTAs (tile_at).
+// iterations are then bounded by fold_key_tiles.
 template <int BLOCK_M, int BLOCK_N, int D, bool CAUSAL, int CLUSTER, bool FOLD>
 TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
-  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles (folds of pairs: pairs' work tiles) per unit
+  constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
   int key_tiles = (l.max_seqlen_k + BLOCK_N - 1) / BLOCK_N;
   const bool room = l.workspace != nullptr && ctas <= MAX_SPLIT_CTAS &&
                     split_workspace_bytes(ctas, BLOCK_M, D, FOLD) <= (long long)l.workspace_bytes;
@@ -1474,15 +1447,14 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
                      (p.work_tiles - from) / CLUSTER, key_tiles, grid, grid, parts};
   }
   if constexpr (FOLD) {
-    key_tiles = equal ? fold_key_tiles<BLOCK_M, BLOCK_N, CLUSTER>(p.m_blocks, l.max_seqlen_q, l.max_seqlen_k) : 0;
+    key_tiles = equal ? fold_key_tiles<BLOCK_M, BLOCK_N>(p.m_blocks, l.max_seqlen_q, l.max_seqlen_k) : 0;
   }
   const int min_saving = FOLD ? FOLD_SPLIT_MIN_SAVING : SPLIT_MIN_SAVING;
   const int tail = key_tiles > 0 ? split_units(p.work_tiles / TILES, ctas / CLUSTER, key_tiles, min_saving) : 0;
   if (!room || tail == 0 || (long long)ctas * tail * key_tiles >= (1ll << 31)) return unsplit(p.work_tiles);
-  // items: a CTA's (folds of pairs: a pair's, walked by both) from `from` on, each a workspace slot a CTA
   const int from = p.work_tiles - tail * TILES, segments = segments_per_cta(FOLD) * ctas;
   return TailSplit{l.workspace, l.workspace + (size_t)segments * BLOCK_M * D, from, tail, key_tiles, ctas,
-                   from + segments / item_ctas<CLUSTER, FOLD>(), 0};
+                   from + segments, 0};
 }
 
 // static: internal linkage, so that its KernelFacts are this library's own. A template function's local static has
@@ -1505,10 +1477,9 @@ static cudaError_t launch(const Launch& l) {
       (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
   Params p = l.p;
-  // row blocks per head rounded up to pairs, folds or folds of pairs; folds of pairs number a pair's work tiles
-  constexpr int EVEN = (CLUSTER == 2 ? 2 : 1) * (FOLD ? 2 : 1);
+  constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
-  p.work_tiles = p.m_blocks / item_ctas<CLUSTER, FOLD>() * l.batch * p.heads;
+  p.work_tiles = p.m_blocks * l.batch * p.heads;
   if (p.work_tiles == 0) return cudaSuccess;
   // the output as 64-row boxes of 16-bit rows, for the kernels that stage O; the others never read the map
   CUtensorMap map_o{};
@@ -1524,7 +1495,7 @@ static cudaError_t launch(const Launch& l) {
   // splits its last round's work tiles (all of them when fewer than SMs) along the keys instead (plan_split). FOLD
   // deals persistent CTAs whole folds (a long and a short row block of one head, equal work for every fold).
   constexpr bool PERSISTENT = !CAUSAL || FOLD;
-  int grid = FOLD ? p.work_tiles / 2 * item_ctas<CLUSTER, FOLD>() : p.work_tiles;
+  int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -1555,7 +1526,7 @@ static cudaError_t launch(const Launch& l) {
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, map_o, p, split)) != cudaSuccess) return err;
   if constexpr (splits_tail<E, D>()) {
     if (split.from < p.work_tiles) {
-      const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS * item_ctas<CLUSTER, FOLD>());
+      const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
       merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>
           <<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
       return cudaGetLastError();
