@@ -139,7 +139,7 @@ THREE_CONSUMER_SPEED = {(64, False): 1.55, (64, True): 1.28, (128, False): 1.06,
 # 844 / 845, elsewhere within 4% either way (the repeat noise: the same launch ran 4% apart at 640 queries). With it,
 # few_waves_time's choice is the fastest setting timed at each of 384 / 640 / 768 / 1280 / 1536 / 2304 / 3200 queries.
 CAUSAL_SPLIT_ROUNDS = 16
-# (head dim, fp8) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
+# (head dim, fp8, causal) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
 # default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
 # three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
 # FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way); causal, both take the later block's key
@@ -156,8 +156,18 @@ CAUSAL_SPLIT_ROUNDS = 16
 # queries: FOLDS_MIN_QUERY_SHARE). Session 31, `benchmarks/few_queries.py`, 4096 keys, medians of 5 rounds, 512 /
 # 2048 / 4096 queries, at 32 / 8 heads and at the bench's 4 x 16 heads: one CTA ahead of pairs in all 24 cases, by
 # 1.4-21% (two consumers 2.8-8.5%, e.g. BF16 512 queries 545 against 518; three 1.4-21%, FP8 2048 queries 749 against
-# 656 at 4 x 16 heads).
-CLUSTER = {(64, False): 1, (128, False): 2, (256, False): 1, (64, True): 1, (128, True): 2, (256, True): 2}
+# 656 at 4 x 16 heads). BF16 d256 pairs only without a causal mask: H100, session 41, kernels mode, medians of 5
+# interleaved rounds, S 4K / 8K / 16K / 64K, 8 heads: 672 / 706 / 737 / 741 against one CTA's 662 / 668 / 685 / 723
+# (cuDNN 634 / 635 / 669 / 661); causal S 16K / 64K 668 / 742 against 689 / 728. Session 10's loss above predates
+# the conditional O rescale and the tail split.
+CLUSTER = {
+    **{(64, fp8, causal): 1 for fp8 in (False, True) for causal in (False, True)},
+    **{(128, fp8, causal): 2 for fp8 in (False, True) for causal in (False, True)},
+    (256, False, False): 2,
+    (256, False, True): 1,
+    (256, True, False): 2,
+    (256, True, True): 2,
+}
 # Pairs take row blocks 2i and 2i+1: where a sequence's queries fill an odd number m of row blocks, its last pair's
 # second CTA computes a whole block past the end, 1 / (m + 1) of the work, against the 1-4% that pairs save. Below
 # this many blocks an odd count runs alone (cluster_for). H200, session 16, FP8 d128 three consumers without a causal
@@ -303,7 +313,7 @@ def three_consumer_waves(sequences_x_heads: int, max_seqlen_q: int, sms: int) ->
 
 def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold: bool = False,
                 max_seqlen_q: int | None = None, causal: bool = False, max_seqlen_k: int | None = None) -> int:
-    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8)] where pairs are built (not with `fold`;
+    """CTAs per cluster for these launcher settings: CLUSTER[(d, fp8, causal)] where pairs are built (not with `fold`;
     16-bit: the overlapped loop on the head dim's default tiles, d128's 128-key ones without a causal mask, or three
     consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the
     longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below
@@ -317,7 +327,7 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
     blocks = None if max_seqlen_q is None else row_blocks(max_seqlen_q, WG_ROWS * consumers)
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
     short_causal = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
-    return CLUSTER[(d, fp8)] if pairs and not fold and not wasteful and not short_causal else 1
+    return CLUSTER[(d, fp8, causal)] if pairs and not fold and not wasteful and not short_causal else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:

@@ -257,6 +257,9 @@ def test_default_settings_launch_variants_the_library_builds():
     assert attention_sm90.cluster_for(128, False, "overlap", 2, 128) == 2  # without a mask also 128-key tiles
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128) == 2  # and three consumers in order
     assert attention_sm90.cluster_for(64, False, "overlap", 2, 128) == 1  # d64 builds no pairs
+    assert attention_sm90.cluster_for(256, False, "overlap", 2, 80) == 2  # BF16 d256: pairs without a causal mask
+    assert attention_sm90.cluster_for(256, False, "overlap", 2, 80, causal=True) == 1
+    assert attention_sm90.cluster_for(256, True, "overlap", 2, 128, causal=True) == 2  # FP8 d256 either way
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2  # causal or not
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, fold=True, causal=True) == 1
     # queries within one CTA's rows (decode-shaped calls): a pair's second CTA would have none
