@@ -133,10 +133,11 @@ def report(old: dict, new: dict, match: str | None = None, opcodes: bool = False
 
     for name in sorted_names["changed"]:
         a, b = old[name], new[name]
-        spill = f", local memory {local_memory(a)} -> {local_memory(b)}" if local_memory(a) or local_memory(b) else ""
-        lines.append(f"  changed: {len(a)} -> {len(b)} instructions, loop {loop_length(a)} -> {loop_length(b)}"
+        loops, spills = (loop_length(a), loop_length(b)), (local_memory(a), local_memory(b))
+        spill = f", local memory {spills[0]} -> {spills[1]}" if any(spills) else ""
+        lines.append(f"  changed: {len(a)} -> {len(b)} instructions, loop {loops[0]} -> {loops[1]}"
                      f"{spill}: {readable[name]}"[:width])
-        if opcodes and (key_tile_loop(a) or key_tile_loop(b)):
+        if opcodes and any(loops):
             before, after = loop_opcodes(a), loop_opcodes(b)
             moved = {op: after[op] - before[op] for op in sorted(before | after) if after[op] != before[op]}
             lines.append("    loop opcodes: " + (", ".join(f"{op} {n:+d}" for op, n in moved.items()) or "same"))

@@ -139,11 +139,11 @@ THREE_CONSUMER_SPEED = {(64, False): 1.55, (64, True): 1.28, (128, False): 1.06,
 # 844 / 845, elsewhere within 4% either way (the repeat noise: the same launch ran 4% apart at 640 queries). With it,
 # few_waves_time's choice is the fastest setting timed at each of 384 / 640 / 768 / 1280 / 1536 / 2304 / 3200 queries.
 CAUSAL_SPLIT_ROUNDS = 16
-# (head dim, fp8, causal) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop on the
-# default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers overlapped or
-# three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA multicast;
-# FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way); causal, both take the later block's key
-# tiles, the earlier one's mask hiding the keys past its rows.
+# (head dim, fp8, causal) -> CTAs per cluster, where the settings allow pairs (not folds; 16-bit: the overlapped loop
+# on the default tiles, or d128's 128-key tiles without a causal mask; FP8: 128-key tiles; both: two consumers
+# overlapped or three in order). 2 runs adjacent row blocks as a pair that loads each K/V tile once for both (TMA
+# multicast; FlashAttention-3 pairs its 16-bit d >= 128 non-causal CTAs the same way); causal, both take the later
+# block's key tiles, the earlier one's mask hiding the keys past its rows.
 # H200, TFLOPS, pairs against one CTA. Without a causal mask (session 10, medians of 5 interleaved rounds at S 4K /
 # 16K / 64K): BF16 d128 599 / 653 / 664 against 597 / 623 / 638; BF16 d256 667 / 709 / 696 against 685 / 706 / 735
 # (80-key tiles in two stages: likely the pair's lockstep, not profiled); FP8 d128 three consumers 839 / 882 / 944
