@@ -39,6 +39,11 @@ namespace fa3fp8 {
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
 constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's K and V
+// An experiment's switch (FA3FP8_NVCC_FLAGS=-DFA3FP8_O_IN_V=1; off by default): the kernels without room for a
+// buffer of O stage it in the V ring's slots instead (o_in_v)
+#ifndef FA3FP8_O_IN_V
+#define FA3FP8_O_IN_V 0
+#endif
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -134,6 +139,7 @@ struct alignas(1024) SharedStorage {
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
+  uint64_t o_free;  // O_IN_V: the consumers' O has left the V slots (o_in_v)
 };
 
 // A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
@@ -245,6 +251,12 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+// every consumer warpgroup of a CTA of CONSUMERS waits for the others: named barrier 4
+template <int CONSUMERS>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 4, %0;" ::"n"(128 * CONSUMERS) : "memory");
 }
 
 // wgmma shared-memory descriptor of an operand in 128-byte-swizzled [rows x 128 B] panels (or 64-byte-swizzled [rows
@@ -720,6 +732,16 @@ __host__ __device__ constexpr int staged_o_bytes() {
   return sizeof(StorageFor<E, D, BLOCK_N, STAGES, CONSUMERS>) + bytes + 1024 <= 227 * 1024 ? bytes : 0;
 }
 
+// Kernels that stage O in the V ring's slots where they have no room for a buffer of it (FA3FP8_O_IN_V): the
+// overlapped loop on two stages, where O's rows fit in the two slots. Once every consumer's last P·V is done, the
+// consumers write O there, and the producer loads the next work tile's first V tile when the TMA stores of O have
+// read it (o_free); the next work tile reads that tile only after its first Q·Kᵀ and softmax.
+template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, int LOOP>
+__host__ __device__ constexpr bool o_in_v() {
+  return FA3FP8_O_IN_V && staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() == 0 && LOOP == OVERLAP &&
+         STAGES == 2 && CONSUMERS * WG_ROWS * D * 2 <= STAGES * BLOCK_N * D * E::BYTES;
+}
+
 // Kernels that may split their work along the keys (TailSplit): all but BF16/FP16 at d256, whose kernel without a
 // causal mask ran 11-13% slower with the split's code in it (H200, session 12; 3-7% in session 20): ptxas then
 // schedules its loop differently, with ~50 more register moves per tile. The launcher asks fa3fp8_splits_tail before
@@ -807,6 +829,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
+  constexpr bool O_IN_V = o_in_v<E, D, BLOCK_N, STAGES, CONSUMERS, LOOP>();
   // warpgroups whose rows all lie past the sequence's end skip their products (below); at d64 only in FP8 folds
   // (+2.7%): ptxas scheduled d64's other loops worse with the skip in them, and spilled in the BF16 causal ones (H100,
   // session 38, kernel_ab: BF16 causal S16K -2.2%, FP8 full S4K -1.3%), while d128 and d256 gained up to 4%
@@ -834,6 +857,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_init(&sm.k_empty[s], 4 * CONSUMERS * CLUSTER);  // every consumer warp of the cluster
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
+    if constexpr (O_IN_V) mbar_init(&sm.o_free, CONSUMERS * CLUSTER);  // every consumer warpgroup of the cluster
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -848,6 +872,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
+    int keyed = 0;             // O_IN_V: work tiles with keys so far, o_free's phase
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
@@ -879,6 +904,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
         load_rows(sm.k[s], &map_k, &sm.k_full[s], j);
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
+        // O_IN_V: the previous work tile's O has left the V slots (the tiles after this one wait behind it)
+        if (O_IN_V && j == 0 && keyed > 0) mbar_wait(&sm.o_free, (keyed - 1) & 1);
         mbar_expect_tx(&sm.v_full[s], TILE_BYTES);
         if constexpr (E::FP8) {
           for (int pn = 0; pn < SB; ++pn)  // one [D rows x 128 keys] panel per block, or with CLUSTER 2 its half
@@ -890,6 +917,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       tiles += t.n_tiles;
       ++items;
+      keyed += t.n_tiles > 0;
     }
     if constexpr (CLUSTER == 2) {
       // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
@@ -898,6 +926,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         mbar_wait(&sm.k_empty[g % STAGES], (g / STAGES) & 1);
         mbar_wait(&sm.v_empty[g % STAGES], (g / STAGES) & 1);
       }
+      if (O_IN_V && keyed > 0) mbar_wait(&sm.o_free, (keyed - 1) & 1);  // the peer's last arrivals here
     }
     return;
   }
@@ -915,6 +944,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
+    // O_IN_V: this work tile's O goes out through the V ring's slots (a split segment's goes to the workspace from
+    // registers, and so does a keyless one's: the o_free protocol counts work tiles with keys, which keep a pair of
+    // CTAs within one of each other; keyless ones do not). Asked after the loop, so that it holds no register there.
+    auto o_via_v = [&]() { return O_IN_V && n_tiles > 0 && (!SPLIT || t.split < 0); };
+    // O_IN_V: this warpgroup is done with the V slots (its stores have read them): one arrival of the pair's
+    // CONSUMERS x CLUSTER that let the producers load the next work tile's V tiles there
+    auto free_o = [&]() {
+      if (O_IN_V && n_tiles > 0 && tw == 0) {
+        mbar_arrive(&sm.o_free);
+        if constexpr (CLUSTER == 2) mbar_arrive_cluster(&sm.o_free, rank ^ 1);
+      }
+    };
     // ring slot and phase of this work tile's K/V tile j
     auto slot = [&](int j) { return (tiles + j) % STAGES; };
     auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
@@ -946,6 +987,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         release(sm.v_empty, j);
       }
       if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
+      if (o_via_v()) consumers_sync<CONSUMERS>();  // as the warpgroups with rows do before they write O there
+      free_o();
       tiles += n_tiles;
       ++items;
       continue;
@@ -1103,14 +1146,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
       inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
     }
-    if (O_STAGE && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
-      // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer in Q's layout ([64 rows x
-      // 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of 8 rows per stmatrix
-      // (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous work tile's
-      // stores must have read the buffer first
-      uint8_t* o_wg = o_buf + cw * WG_ROWS * O_ROW_BYTES;
-      if (tw == 0) tma_store_wait<true>();
-      warpgroup_sync(cw);
+    if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
+    if ((O_STAGE || o_via_v()) && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
+      // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
+      // Q's layout ([64 rows x 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of
+      // 8 rows per stmatrix (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous
+      // work tile's stores must have read the buffer first (O_IN_V: they have, before the slots were released)
+      uint8_t* o_wg = (O_IN_V ? sm.v[0] : o_buf) + cw * WG_ROWS * O_ROW_BYTES;
+      if constexpr (O_STAGE) {
+        if (tw == 0) tma_store_wait<true>();
+        warpgroup_sync(cw);
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = (tw / 32) * 16 + 8 * i + lane % 8;
@@ -1130,8 +1176,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         for (int pn = 0; pn < O_ROW_BYTES / PANEL; ++pn)
           tma_store(o_wg + pn * WG_ROWS * PANEL, &map_o, t.h * O_ROW_BYTES + pn * PANEL, t.q_start + wg_m0);
         tma_store_commit();
+        if constexpr (O_IN_V) {
+          tma_store_wait<true>();
+          free_o();
+        }
       }
     } else {
+      free_o();
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = row0 + 8 * i;
@@ -1170,7 +1221,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     tiles += n_tiles;
     ++items;
   }
-  if constexpr (O_STAGE) {
+  if constexpr (O_STAGE || O_IN_V) {
     if (tw == 0) tma_store_wait<false>();  // the last stores are done before the CTA's shared memory goes
   }
 }
@@ -1483,7 +1534,7 @@ static cudaError_t launch(const Launch& l) {
   if (p.work_tiles == 0) return cudaSuccess;
   // the output as 64-row boxes of 16-bit rows, for the kernels that stage O; the others never read the map
   CUtensorMap map_o{};
-  if (staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0 &&
+  if ((staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0 || o_in_v<E, D, BLOCK_N, STAGES, CONSUMERS, LOOP>()) &&
       !make_map(&map_o, p.out, p.total_q, (uint64_t)p.heads * D * 2, WG_ROWS))
     return MAP_FAILED;
   TailSplit split = unsplit(p.work_tiles);
