@@ -917,7 +917,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       tiles += t.n_tiles;
       ++items;
-      keyed += t.n_tiles > 0;
+      if constexpr (O_IN_V) keyed += t.n_tiles > 0;
     }
     if constexpr (CLUSTER == 2) {
       // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
