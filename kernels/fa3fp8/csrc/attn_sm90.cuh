@@ -1151,7 +1151,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
       // Q's layout ([64 rows x 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of
       // 8 rows per stmatrix (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous
-      // work tile's stores must have read the buffer first (O_IN_V: they have, before the slots were released)
+      // work tile's stores must have read the buffer first (O_IN_V: they have, before their warpgroup's o_free)
       uint8_t* o_wg = (O_IN_V ? sm.v[0] : o_buf) + cw * WG_ROWS * O_ROW_BYTES;
       if constexpr (O_STAGE) {
         if (tw == 0) tma_store_wait<true>();
