@@ -210,12 +210,13 @@ def test_wgmma_descriptors_stay_in_uniform_registers(ptxas_report, library_sass)
 @needs_nvcc
 def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass):
     # a kernel whose Q, K/V ring (and barriers, in 1 KB-aligned storage) leave room for its O rows in 16 bits within
-    # sm_90's 227 KB (1 KB of it the alignment) stores O by TMA, one store per 128-byte panel of a row; the others
-    # (16-bit d128 on 176-key tiles and d256 on 80-key ones, FP8 d128 on 256-key ones) store from registers
+    # sm_90's 227 KB (1 KB of it the alignment) stores O by TMA, one store per 128-byte panel of a row; so does one
+    # without that room whose O rows fit in the two V slots of its overlapped loop (16-bit d128 on 176-key tiles and
+    # d256 on 80-key ones), staging O there; the others (FP8 d128 on 256-key tiles) store from registers
     functions = {f.split("\n", 1)[0].strip(): f for f in re.split(r"\n\s*Function : ", library_sass)[1:]}
     kernels = {name: text for name, text in functions.items() if "attn_fwd" in name}
     assert len(kernels) == len([name for name in ptxas_report if "attn_fwd" in name])
-    staged = 0
+    staged = in_v_kernels = 0
     for name, text in kernels.items():
         t = TEMPLATE.search(name)
         d, block_n, stages, consumers = (int(t[key]) for key in ("d", "block_n", "stages", "consumers"))
@@ -223,13 +224,19 @@ def test_o_leaves_by_tma_where_shared_memory_has_room(ptxas_report, library_sass
         barriers = 8 * (2 + 4 * stages)
         storage = -(-(consumers * 64 * d * element + 2 * stages * block_n * d * element + barriers) // 1024) * 1024
         room = storage + consumers * 64 * d * 2 + 1024 <= 227 * 1024
-        assert text.count("UTMASTG") == (d * 2 // 128 if room else 0), name
+        o_fits_v = consumers * 64 * d * 2 <= stages * block_n * d * element
+        in_v = not room and t["loop"] == "1" and stages == 2 and o_fits_v
+        assert text.count("UTMASTG") == (d * 2 // 128 if room or in_v else 0), name
         staged += room
+        in_v_kernels += in_v
     # FP8 on 128-key tiles x 2 output dtypes (two consumers, each head dim: 2 loops x causal, pairs x causal, folds;
     # three consumers at d128: causal, pairs x causal, folds) and 16-bit d128 on 128-key tiles x 2 dtypes (causal,
     # pairs without a mask, folds; three consumers: causal, pairs x causal, folds), and the windows on 128-key tiles
     # (FP8 x 2 head dims x 2 output dtypes, 16-bit d128 x 2 dtypes), and every d64 kernel (one panel a row of O)
     assert staged == (2 * 7 + 5) * 2 + 9 * 2 + 4 + 2 + 4 * 2 * (4 + 1)
+    # 16-bit x 2 dtypes: d128 on 176-key tiles (one CTA and pairs, x causal) and d256 (one CTA and pairs, x causal;
+    # causal folds and windows)
+    assert in_v_kernels == 20
 
 
 @needs_nvcc
