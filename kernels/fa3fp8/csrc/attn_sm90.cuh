@@ -1076,12 +1076,27 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.k_empty, j);
       release_q_after(j);
     };
+    // the epilogue's per-row values: rows row0 and row0 + 8's sum over the quad, v_max / l (0 where l is) and LSE
+    float l[2], inv[2], lse[2];
+    auto row_totals = [&]() {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
+        inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
+        lse[i] = row_lse<E>(st.m[i], l[i]);
+      }
+    };
+    // the 16-bit overlapped loop reckons them while its last P·V runs (BF16 d256 full, H100: +1.4-2.7%, session 44);
+    // FP8 d256 and d64's three consumers spill with it, and the serial loop would carry them in its loop
+    constexpr bool EARLY_TOTALS = LOOP == OVERLAP && !E::FP8 && D >= 128;
     auto pv_alone = [&](int j) {
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
       issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
+      if constexpr (EARLY_TOTALS) row_totals();  // the overlapped loop's last P·V: every row sum is final
       wgmma_wait<0>();
       wait_o();
       release(sm.v_empty, j);
@@ -1135,13 +1150,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
-    float l[2], inv[2];  // rows row0 and row0 + 8: the sum over the quad, and v_max / l (0 where l is)
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
-      l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
-      inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
-    }
+    if (!EARLY_TOTALS || n_tiles == 0) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
     if ((O_STAGE || o_via_v()) && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
@@ -1203,7 +1212,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
               for (int c8 = 0; c8 < O_COLS<D> / 8; ++c8)
                 *reinterpret_cast<float2*>(out + nb * O_COLS<D> + c8 * 8 + 2 * tq) =
                     make_float2(o[nb][c8 * 4 + i * 2] * inv[i], o[nb][c8 * 4 + i * 2 + 1] * inv[i]);
-            if (tq == 0) split.lse[at] = row_lse<E>(st.m[i], l[i]);
+            if (tq == 0) split.lse[at] = lse[i];
           }
         }
       }
@@ -1212,7 +1221,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int i = 0; i < 2; ++i) {
       const int row = row0 + 8 * i;
       if (tq == 0 && row < t.seqlen_q && (!SPLIT || t.split < 0))
-        p.lse[(size_t)t.h * p.total_q + t.q_start + row] = row_lse<E>(st.m[i], l[i]);
+        p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse[i];
     }
     tiles += n_tiles;
     ++items;
