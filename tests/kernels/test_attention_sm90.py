@@ -963,6 +963,9 @@ CASES = [  # sequence lengths of q and k per batch entry, heads, kv_heads, d, ca
     ([3000, 129, 1], [3000, 129, 1], 16, 4, 128, False),
     ([2000, 300, 5], [2000, 0, 64], 16, 4, 128, False),  # a sequence with no keys among a CTA's work tiles
     ([2500, 700], [2500, 900], 16, 8, 256, False),
+    # a last key tile of at most 16 keys: 4096 = 51 x 80 + 16, 161 = 2 x 80 + 1, 192 = 176 + 16 (d128's 176-key tiles)
+    ([4096, 161, 192], [4096, 161, 192], 4, 2, 256, False),
+    ([4096, 161, 192], [4096, 161, 192], 4, 2, 128, False),
     # pairs whose last pair is partly filled: 100 rows (two warpgroups), 1100 (76 rows past 1024 for
     # 128-row blocks), 4096 (256 rows past 3840 for 192-row blocks: S4K's)
     ([100, 1100, 4096], [100, 1100, 4096], 8, 2, 128, False),
