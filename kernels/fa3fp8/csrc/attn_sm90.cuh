@@ -901,20 +901,22 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           copy(tile + pn * BLOCK_N * QK_ROW + rank * HALF_ROWS * QK_ROW, map, t.hk * ROW_BYTES + pn * QK_ROW,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
-      // K tile j, the ring's g-th, into slot g % STAGES once the slot is free
-      auto load_k = [&](int j, int g, int s, uint32_t free_phase) {
-        if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
+      // the phase in which the ring's g-th tile finds its slot (g % STAGES) free
+      auto free_phase_of = [](int g) -> uint32_t { return ((g / STAGES) & 1) ^ 1; };
+      // K tile j, the ring's g-th, into slot s = g % STAGES once the slot is free
+      auto load_k = [&](int j, int g, int s) {
+        if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase_of(g));
         mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
         load_rows(sm.k[s], &map_k, &sm.k_full[s], j);
       };
-      if (K_AHEAD && t.n_tiles > 0) load_k(0, tiles, tiles % STAGES, ((tiles / STAGES) & 1) ^ 1);
+      if (K_AHEAD && t.n_tiles > 0) load_k(0, tiles, tiles % STAGES);
       for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
-        const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;
+        const uint32_t free_phase = free_phase_of(g);
         if (!K_AHEAD)
-          load_k(j, g, s, free_phase);
+          load_k(j, g, s);
         else if (j + 1 < t.n_tiles)
-          load_k(j + 1, g + 1, (g + 1) % STAGES, (((g + 1) / STAGES) & 1) ^ 1);
+          load_k(j + 1, g + 1, (g + 1) % STAGES);
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         // O_IN_V: the previous work tile's O has left the V slots (the tiles after this one wait behind it)
         if (O_IN_V && j == 0 && keyed > 0) mbar_wait(&sm.o_free, (keyed - 1) & 1);
