@@ -46,6 +46,12 @@ constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's
 #ifndef FA3FP8_K_AHEAD
 #define FA3FP8_K_AHEAD 0
 #endif
+// An experiment's switch (-DFA3FP8_LAZY_MAX=1; off by default): online_softmax votes on each thread's own part of a
+// row's tile max and reduces it over the quad only when the vote moves m, taking the two shuffle rounds off the
+// chain that leads to the exponentials (a quad's max passes a bound exactly when one of its parts does)
+#ifndef FA3FP8_LAZY_MAX
+#define FA3FP8_LAZY_MAX 0
+#endif
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -491,15 +497,21 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
       mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
                     reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
     }
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-    if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];
+    if constexpr (!FA3FP8_LAZY_MAX) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
+    }
+    if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // exact before the shuffles too: fl(x·s) is monotone in x
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
   const bool moved = __any_sync(0xffffffff, passes);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_old = st.m[i];
+    if (FA3FP8_LAZY_MAX && moved) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
+    }
     if (moved) st.m[i] = fmaxf(m_old, mx[i]);
     const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
 #pragma unroll
