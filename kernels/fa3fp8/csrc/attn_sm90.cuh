@@ -39,19 +39,6 @@ namespace fa3fp8 {
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
 constexpr int PANEL = 128;   // bytes per swizzled row: a tile is a stack of [rows x 128 B] panels
 constexpr int KV_BLOCK = 128;  // keys per quantization block of an FP8 bundle's K and V
-// An experiment's switch (FA3FP8_NVCC_FLAGS=-DFA3FP8_K_AHEAD=1; off by default): the overlapped loop's producer loads
-// K tile j + 1 before V tile j, the order its consumers read them in, and the consumers wait for V tile j - 1 only
-// once Q·Kᵀ(j) is issued; at a work tile's start K(1) then need not wait behind V(0), which in the kernels that stage
-// O in the V ring's slots waits for the previous work tile's O to leave (o_free)
-#ifndef FA3FP8_K_AHEAD
-#define FA3FP8_K_AHEAD 0
-#endif
-// An experiment's switch (-DFA3FP8_LAZY_MAX=1; off by default): online_softmax votes on each thread's own part of a
-// row's tile max and reduces it over the quad only when the vote moves m, taking the two shuffle rounds off the
-// chain that leads to the exponentials (a quad's max passes a bound exactly when one of its parts does)
-#ifndef FA3FP8_LAZY_MAX
-#define FA3FP8_LAZY_MAX 0
-#endif
 constexpr int BLOCK_N_16BIT_D128 = 176;  // keys per BF16/FP16 K/V tile (see launch_16bit)
 constexpr int BLOCK_N_16BIT_D256 = 80;
 
@@ -475,6 +462,10 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   const int t = threadIdx.x % 4;
   auto fmax = [](float a, float b) { return fmaxf(a, b); };
   auto add = [](float a, float b) { return a + b; };
+  // 16-bit: the vote reads each thread's own part of a row's tile max (a quad's max passes a bound exactly when one of
+  // its parts does) and the quad reduces it only when m moves, taking two shuffle rounds off the chain that leads to
+  // the exponentials (BF16 d128 +0.5-1.9%); FP8 lost 3-5% with it (H100, session 45) and reduces before the vote
+  constexpr bool LAZY_MAX = !E::FP8;
   if (MASKED) {
     // diagonal band / window edge / ragged end: key n is visible to query row when n < seqlen_k, n <= row + diag
     // (causal) and n >= row + diag - window_left (WINDOW)
@@ -497,18 +488,18 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
       mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
                     reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
     }
-    if constexpr (!FA3FP8_LAZY_MAX) {
+    if constexpr (!LAZY_MAX) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
     }
-    if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // exact before the shuffles too: fl(x·s) is monotone in x
+    if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // max and fl(x·s), s > 0, commute: exact before a shuffle
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
   const bool moved = __any_sync(0xffffffff, passes);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_old = st.m[i];
-    if (FA3FP8_LAZY_MAX && moved) {
+    if (LAZY_MAX && moved) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
     }
@@ -845,7 +836,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
   constexpr bool O_STAGE = staged_o_bytes<E, D, BLOCK_N, STAGES, CONSUMERS>() > 0;
   constexpr bool O_IN_V = o_in_v<E, D, BLOCK_N, STAGES, CONSUMERS, LOOP>();
-  constexpr bool K_AHEAD = FA3FP8_K_AHEAD && LOOP == OVERLAP;  // (the switch above)
   // warpgroups whose rows all lie past the sequence's end skip their products (below); at d64 only in FP8 folds
   // (+2.7%): ptxas scheduled d64's other loops worse with the skip in them, and spilled in the BF16 causal ones (H100,
   // session 38, kernel_ab: BF16 causal S16K -2.2%, FP8 full S4K -1.3%), while d128 and d256 gained up to 4%
@@ -913,22 +903,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           copy(tile + pn * BLOCK_N * QK_ROW + rank * HALF_ROWS * QK_ROW, map, t.hk * ROW_BYTES + pn * QK_ROW,
                t.k_start + j * BLOCK_N + rank * HALF_ROWS, full);
       };
-      // the phase in which the ring's g-th tile finds its slot (g % STAGES) free
-      auto free_phase_of = [](int g) -> uint32_t { return ((g / STAGES) & 1) ^ 1; };
-      // K tile j, the ring's g-th, into slot s = g % STAGES once the slot is free
-      auto load_k = [&](int j, int g, int s) {
-        if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase_of(g));
-        mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
-        load_rows(sm.k[s], &map_k, &sm.k_full[s], j);
-      };
-      if (K_AHEAD && t.n_tiles > 0) load_k(0, tiles, tiles % STAGES);
       for (int j = 0; j < t.n_tiles; ++j) {
         const int g = tiles + j, s = g % STAGES;
-        const uint32_t free_phase = free_phase_of(g);
-        if (!K_AHEAD)
-          load_k(j, g, s);
-        else if (j + 1 < t.n_tiles)
-          load_k(j + 1, g + 1, (g + 1) % STAGES);
+        const uint32_t free_phase = ((g / STAGES) & 1) ^ 1;  // the phase in which the ring's g-th tile finds s free
+        if (g >= STAGES) mbar_wait(&sm.k_empty[s], free_phase);
+        mbar_expect_tx(&sm.k_full[s], TILE_BYTES);  // CLUSTER 2: both halves land in each CTA
+        load_rows(sm.k[s], &map_k, &sm.k_full[s], j);
         if (g >= STAGES) mbar_wait(&sm.v_empty[s], free_phase);
         // O_IN_V: the previous work tile's O has left the V slots (the tiles after this one wait behind it)
         if (O_IN_V && j == 0 && keyed > 0) mbar_wait(&sm.o_free, (keyed - 1) & 1);
@@ -1145,12 +1125,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
-        if (!K_AHEAD) mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
+        mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        if (K_AHEAD) mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
