@@ -61,10 +61,10 @@ fi
 if [[ "$steps" == *" ab "* ]]; then
     # a build switch against the default library: AB_FLAGS (FA3FP8_NVCC_FLAGS of the build to try, e.g. a -D switch
     # in csrc), built in .whl/ab unless carried there; its CUDA kernels' GPU tests, then kernel_ab.py (AB_ARGS: more
-    # of its options) with the default library as "old", timed even where a test failed (a switch that changes the
-    # rounding may miss a tolerance by a little: both facts decide it)
+    # of its options) with the default library as "old" (or AB_OLD, another build's library), timed even where a test
+    # failed (a switch that changes the rounding may miss a tolerance by a little: both facts decide it)
     (
-        old=$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())') || exit 1
+        old=${AB_OLD:-$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())')} || exit 1
         export FA3FP8_NVCC_FLAGS="${AB_FLAGS:?set AB_FLAGS to the nvcc options of the build to try}"
         export FA3FP8_CACHE_DIR="$PWD/.whl/ab"
         tests=0
