@@ -3,8 +3,8 @@
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
 #                                [e2e] [ab] [window] [host] [profile] [pack]
 # Writes logs and results under $OUT (default benchmarks/results); `pack` moves what this call wrote there into one
-# archive, $OUT/gpu-check.tgz (a device call brings back at most 8 files). Needs python3 with torch + triton; the cuDNN FP8
-# peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
+# archive, $OUT/gpu-check.tgz (a device call brings back at most 8 files). Needs python3 with torch + triton; the
+# cuDNN FP8 peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/kernels:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -18,7 +18,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (the cudnn fronten
 fi
 # the CUDA kernel library scripts/gpu_carry.sh built where nvcc is, when it loads here (else it is built here)
 if compgen -G ".whl/fa3fp8/*.so" >/dev/null \
-    && FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8" python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.load()._name)'; then
+    && FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8" \
+        python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.load()._name)'; then
     export FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8"
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
@@ -49,10 +50,12 @@ if [[ "$steps" == *" sweep-fp8 "* ]]; then
 fi
 if [[ "$steps" == *" bench "* ]]; then  # BENCH_ARGS: more of the bench's options (e.g. --seqlens 4096,16384)
     quick=""; [[ "$steps" == *" quick "* ]] && quick="--quick"
-    python3 benchmarks/attention.py bench --out "$OUT" $quick ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -90 || status=1
+    python3 benchmarks/attention.py bench --out "$OUT" $quick ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -90 \
+        || status=1
 fi
 if [[ "$steps" == *" few "* ]]; then  # a few queries over a long context (FEW_ARGS: more of few_queries.py's options)
-    python3 benchmarks/few_queries.py --out "$OUT" ${FEW_ARGS:-} 2>&1 | tee "$OUT/few-queries.log" | tail -30 || status=1
+    python3 benchmarks/few_queries.py --out "$OUT" ${FEW_ARGS:-} 2>&1 | tee "$OUT/few-queries.log" | tail -30 \
+        || status=1
 fi
 if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows and the 128K summarize job
     DOCFLASH_EMBED_MODEL_PATH="$PWD/.tools/minilm" timeout 560 python3 benchmarks/e2e.py --tokenizer .tools/minilm \
@@ -69,7 +72,8 @@ if [[ "$steps" == *" ab "* ]]; then
         export FA3FP8_CACHE_DIR="$PWD/.whl/ab"
         tests=0
         cuda_tests "$OUT/ab-tests.log" || tests=1
-        python3 benchmarks/kernel_ab.py "$old" ${AB_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/ab.log" | tail -30 && exit $tests
+        python3 benchmarks/kernel_ab.py "$old" ${AB_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/ab.log" | tail -30 \
+            && exit $tests
     ) || status=1
 fi
 if [[ "$steps" == *" window "* ]]; then  # sliding-window attention beside FlexAttention (WINDOW_ARGS: more options)

@@ -53,7 +53,8 @@ save_file({name: t.half() if t.is_floating_point() else t for name, t in weights
           target / "model.safetensors")
 print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
 EOF
-if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'; then
+if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'
+then
     build_library
 fi
 du -sh .whl .tools/minilm
