@@ -67,3 +67,9 @@ def stalls():
 def sass():
     """benchmarks/sass_diff.py"""
     return _load("sass_diff")
+
+
+@pytest.fixture(scope="module")
+def moves():
+    """benchmarks/max_moves.py"""
+    return _load("max_moves")
