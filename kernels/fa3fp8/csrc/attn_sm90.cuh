@@ -61,6 +61,9 @@ constexpr int QK_PANEL = D * E::BYTES < PANEL ? D * E::BYTES : PANEL;
 #ifndef FA3FP8_FP8_SLACK
 #define FA3FP8_FP8_SLACK 0
 #endif
+#ifndef FA3FP8_FP8_LAZY_MAX
+#define FA3FP8_FP8_LAZY_MAX 0  // (see online_softmax)
+#endif
 struct E4M3 {
   static constexpr int BYTES = 1;
   static constexpr bool FP8 = true;
@@ -471,8 +474,10 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   auto add = [](float a, float b) { return a + b; };
   // 16-bit: the vote reads each thread's own part of a row's tile max (a quad's max passes a bound exactly when one of
   // its parts does) and the quad reduces it only when m moves, taking two shuffle rounds off the chain that leads to
-  // the exponentials (BF16 d128 +0.5-1.9%); FP8 lost 3-5% with it (H100, session 45) and reduces before the vote
-  constexpr bool LAZY_MAX = !E::FP8;
+  // the exponentials (BF16 d128 +0.5-1.9%); FP8 lost 3-5% with it (H100, session 45) and reduces before the vote, but
+  // for an experiment's switch (-DFA3FP8_FP8_LAZY_MAX=1, off): FP8's m moved in 16% of its tiles then, which a
+  // wider slack (FA3FP8_FP8_SLACK) takes to 2.4%, so its moves' longer path would weigh less
+  constexpr bool LAZY_MAX = !E::FP8 || FA3FP8_FP8_LAZY_MAX;
   if (MASKED) {
     // diagonal band / window edge / ragged end: key n is visible to query row when n < seqlen_k, n <= row + diag
     // (causal) and n >= row + diag - window_left (WINDOW)
