@@ -456,6 +456,13 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
   return part[0];
 }
 
+// x combined by op over the quad of threads that holds one accumulator row (lanes 4q .. 4q + 3)
+template <typename Op>
+__device__ __forceinline__ float quad_reduce(float x, Op op) {
+  x = op(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return op(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
 // Online softmax of one raw score tile (FlashAttention-2 rescaling, base 2) into p = 2^(s·scale - m + p_offset),
 // written back into s; the row sums gain the tile's p times l_unit. A tile holds SB blocks of keys, each with its
 // own scale, p_offset and l_unit (FP8: a 256-key tile is two quantization blocks). The running max m of this
@@ -500,10 +507,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
       mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
                     reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
     }
-    if constexpr (!LAZY_MAX) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-    }
+    if constexpr (!LAZY_MAX) mx[i] = quad_reduce(mx[i], fmax);
     if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // max and fl(x·s), s > 0, commute: exact before a shuffle
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
@@ -511,10 +515,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_old = st.m[i];
-    if (LAZY_MAX && moved) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-    }
+    if (LAZY_MAX && moved) mx[i] = quad_reduce(mx[i], fmax);
     if (moved) st.m[i] = fmaxf(m_old, mx[i]);
     const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
 #pragma unroll
