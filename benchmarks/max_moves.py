@@ -2,7 +2,8 @@
 and l. In csrc/attn_sm90.cuh's online_softmax a warp's 16 rows keep their running max m until one row's tile max
 passes its m by more than the slack (E::MAX_SLACK); then every row of the warp takes max(m, its tile max), and the
 tile rescales O (d/2 multiplies a thread: 64 at d128) and l. FP8's slack is 0.5 binades (FA3FP8_FP8_SLACK adds
-whole ones), 16-bit's 8. Without a mask, on the bench's data (`fa3fp8.testing.random_qkv`, its seed), on the CPU:
+whole ones), 16-bit's 8. Without a mask, on one head drawn as the bench draws its data (`fa3fp8.testing.random_qkv`
+with the bench's seed; one head of batch 1, so the same distribution, not the bench's very tensors), on the CPU:
 
     python benchmarks/max_moves.py [--d 128] [--seqlen 16384] [--rows 1024] [--block-n 128] [--slacks 0.5,1.5,2.5]
 """
@@ -44,7 +45,7 @@ def move_shares(scores: torch.Tensor, block_n: int, slacks: list[float]) -> dict
 
 
 def bench_scores(d: int, seqlen: int, rows: int) -> torch.Tensor:
-    """The first `rows` queries' base-2 scores over `seqlen` keys of one head of the bench's BF16 data."""
+    """The first `rows` queries' base-2 scores over `seqlen` keys of one BF16 head drawn as the bench draws its data."""
     q, k, _ = random_qkv(1, seqlen, seqlen, 1, 1, d, torch.bfloat16, "cpu", seed=seqlen + d)
     return (q[0, :rows, 0].float() @ k[0, :, 0].float().T) * (math.log2(math.e) / math.sqrt(d))
 

@@ -8,7 +8,7 @@ from fa3fp8.testing import random_qkv
 
 
 def warp_of(tile_maxima, block_n=4):
-    """One warp's scores: every row alike, each tile's keys 0 but one at the tile's max."""
+    """One warp's scores: every row alike, each tile's keys at -30 but one at the tile's max."""
     tiles = []
     for top in tile_maxima:
         tile = torch.full((16, block_n), -30.0)
@@ -23,7 +23,7 @@ def test_a_tile_moves_the_max_only_past_the_slack(moves):
     assert moves.move_shares(scores, 4, [0.5, 1.5]) == {0.5: 2 / 3, 1.5: 1 / 3}
 
 
-def test_one_row_moves_its_whole_warp_and_m_never_falls(moves):
+def test_one_row_moves_its_whole_warp_and_no_other(moves):
     scores = torch.cat([warp_of([0.0, -5.0, 0.3]), warp_of([0.0, 0.0, 0.0])])
     scores[3, 4:8] = 2.0  # one row of the first warp jumps in tile 1: that warp moves, the second does not
     assert moves.move_shares(scores, 4, [0.5]) == {0.5: 3 / 6}
