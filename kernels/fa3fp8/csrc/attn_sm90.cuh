@@ -56,8 +56,8 @@ constexpr int QK_PANEL = D * E::BYTES < PANEL ? D * E::BYTES : PANEL;
 // MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
 // An experiment's switch (-DFA3FP8_FP8_SLACK=k; 0 by default): k whole binades moved from FP8's P shift to its slack.
 // P keeps its bound (2^8.5) and, being shifted by whole binades, its rounding but for the smallest (subnormal) values,
-// while m moves in fewer tiles (on the bench's data at S16K, a warp's m moves in 16% of its tiles with a slack of 0.5,
-// 6% with 1.5 and 2.4% with 2.5: benchmarks/max_moves.py), so O and l are rescaled less often.
+// while m moves in fewer tiles (on data drawn as the bench's at S16K, a warp's m moves in 16% of its tiles with a
+// slack of 0.5, 6% with 1.5 and 2.4% with 2.5: benchmarks/max_moves.py), so O and l are rescaled less often.
 #ifndef FA3FP8_FP8_SLACK
 #define FA3FP8_FP8_SLACK 0
 #endif
