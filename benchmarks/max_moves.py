@@ -1,8 +1,8 @@
 """How often the online softmax's running max moves, by slack: the share of a warp's key tiles whose vote rescales O
 and l. In csrc/attn_sm90.cuh's online_softmax a warp's 16 rows keep their running max m until one row's tile max
 passes its m by more than the slack (E::MAX_SLACK); then every row of the warp takes max(m, its tile max), and the
-tile rescales O (d/2 multiplies a thread: 64 at d128) and l. FP8's slack is 0.5 binades (FA3FP8_FP8_SLACK adds
-whole ones), 16-bit's 8. Without a mask, on one head drawn as the bench draws its data (`fa3fp8.testing.random_qkv`
+tile rescales O (d/2 multiplies a thread: 64 at d128) and l. FP8's slack is 2.5 binades (0.5 before session 46),
+16-bit's 8. Without a mask, on one head drawn as the bench draws its data (`fa3fp8.testing.random_qkv`
 with the bench's seed; one head of batch 1, so the same distribution, not the bench's very tensors), on the CPU:
 
     python benchmarks/max_moves.py [--d 128] [--seqlen 16384] [--rows 1024] [--block-n 128] [--slacks 0.5,1.5,2.5]

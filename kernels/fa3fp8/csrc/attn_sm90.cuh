@@ -51,24 +51,18 @@ constexpr int O_COLS = D < 128 ? D : 128;
 template <class E, int D>
 constexpr int QK_PANEL = D * E::BYTES < PANEL ? D * E::BYTES : PANEL;
 
-// Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P by 2^8 into e4m3's
-// normal range (reference.P_SHIFT); the 16-bit types read Q, K, V as they are.
+// Operand types of the tensor cores. FP8 reads per-tile scales and V transposed, and shifts P into e4m3's normal range;
+// the 16-bit types read Q, K, V as they are.
 // MAX_SLACK: how far (base 2) a tile's row max may pass the running max before O and l are rescaled (below).
-// An experiment's switch (-DFA3FP8_FP8_SLACK=k; 0 by default): k whole binades moved from FP8's P shift to its slack.
-// P keeps its bound (2^8.5) and, being shifted by whole binades, its rounding but for the smallest (subnormal) values,
-// while m moves in fewer tiles (on data drawn as the bench's at S16K, a warp's m moves in 16% of its tiles with a
-// slack of 0.5, 6% with 1.5 and 2.4% with 2.5: benchmarks/max_moves.py), so O and l are rescaled less often.
-#ifndef FA3FP8_FP8_SLACK
-#define FA3FP8_FP8_SLACK 0
-#endif
-#ifndef FA3FP8_FP8_LAZY_MAX
-#define FA3FP8_FP8_LAZY_MAX 0  // (see online_softmax)
-#endif
+// FP8 bounds P by 2^(P_SHIFT + MAX_SLACK) = 2^8.5 = 362, inside e4m3's 448. A shift of 6 with a slack of 2.5, rather
+// than 8 (the reference's) with 0.5, keeps P's rounding but for the smallest (subnormal) values, while a warp's m moves
+// in 2.4% of its tiles instead of 16% on data drawn as the bench's at S16K (benchmarks/max_moves.py), so O and l are
+// rescaled less often: FP8 +0.1-1.8% at d128, +1.6-4.4% at d256 (H100, session 46; a third binade was level).
 struct E4M3 {
   static constexpr int BYTES = 1;
   static constexpr bool FP8 = true;
-  static constexpr float P_SHIFT = 8.f - FA3FP8_FP8_SLACK;
-  static constexpr float MAX_SLACK = 0.5f + FA3FP8_FP8_SLACK;  // P below 2^8.5 = 362, inside e4m3's 448
+  static constexpr float P_SHIFT = 6.f;
+  static constexpr float MAX_SLACK = 2.5f;
 };
 template <typename T>
 struct Half {
@@ -481,10 +475,9 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   auto add = [](float a, float b) { return a + b; };
   // 16-bit: the vote reads each thread's own part of a row's tile max (a quad's max passes a bound exactly when one of
   // its parts does) and the quad reduces it only when m moves, taking two shuffle rounds off the chain that leads to
-  // the exponentials (BF16 d128 +0.5-1.9%); FP8 lost 3-5% with it (H100, session 45) and reduces before the vote, but
-  // for an experiment's switch (-DFA3FP8_FP8_LAZY_MAX=1, off): FP8's m moved in 16% of its tiles then, which a
-  // wider slack (FA3FP8_FP8_SLACK) takes to 2.4%, so its moves' longer path would weigh less
-  constexpr bool LAZY_MAX = !E::FP8 || FA3FP8_FP8_LAZY_MAX;
+  // the exponentials (BF16 d128 +0.5-1.9%). FP8 reduces before the vote: it lost 3-5% with the lazy reduction while
+  // its m moved in 16% of tiles (session 45) and still 0.979-0.997x at d128 once it moved in 2.4% (session 46)
+  constexpr bool LAZY_MAX = !E::FP8;
   if (MASKED) {
     // diagonal band / window edge / ragged end: key n is visible to query row when n < seqlen_k, n <= row + diag
     // (causal) and n >= row + diag - window_left (WINDOW)
