@@ -1097,8 +1097,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto row_totals = [&]() {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        l[i] = st.l[i] + __shfl_xor_sync(0xffffffff, st.l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffff, l[i], 2);
+        l[i] = quad_reduce(st.l[i], [](float a, float b) { return a + b; });
         inv[i] = l[i] == 0.f ? 0.f : v_max / l[i];
         lse[i] = row_lse<E>(st.m[i], l[i]);
       }
