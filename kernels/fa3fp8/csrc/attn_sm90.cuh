@@ -64,6 +64,8 @@ struct E4M3 {
   static constexpr float P_SHIFT = 6.f;
   static constexpr float MAX_SLACK = 2.5f;
 };
+static_assert(E4M3::P_SHIFT + E4M3::MAX_SLACK < 8.8f, "P must stay below e4m3's largest value, 448 = 2^8.807");
+static_assert(E4M3::P_SHIFT == static_cast<int>(E4M3::P_SHIFT), "a shift of whole binades keeps P's rounding");
 template <typename T>
 struct Half {
   static constexpr int BYTES = 2;
