@@ -465,11 +465,21 @@ __device__ __forceinline__ float quad_reduce(float x, Op op) {
 // warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
 // stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
 // rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
+// An experiment's switch for FP8 (-DFA3FP8_LATE_ALPHA=1, off): alpha is left as its base-2 log and the row sums in
+// tile_sum, for the caller's rescale to take the exponentials and l's update into the branch that rescales O.
+// Otherwise ptxas predicates the two exponentials, which every tile then issues on the SFU (FP8 d128: 66 MUFU a tile
+// for 64 scores, the SFU as busy as the tensor cores), whether m moved (2.4% of tiles at S16K) or not. (16-bit d64's
+// three consumers spill 8 bytes with it.)
+#ifndef FA3FP8_LATE_ALPHA
+#define FA3FP8_LATE_ALPHA 0
+#endif
+template <class E>
+constexpr bool LATE_ALPHA = E::FP8 && FA3FP8_LATE_ALPHA;
 template <class E, bool MASKED, bool CAUSAL, bool WINDOW = false, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
-                                               float (&alpha)[2], int n0, int row0, int seqlen_k, int diag,
-                                               int window_left = 0) {
+                                               float (&alpha)[2], float (&tile_sum)[2], int n0, int row0,
+                                               int seqlen_k, int diag, int window_left = 0) {
   static_assert(SB == 1 || SB == 2, "one or two blocks of keys per tile");
   constexpr int BLOCK_REGS = NREGS / SB, BLOCK_GROUPS = BLOCK_REGS / 4;
   const int t = threadIdx.x % 4;
@@ -515,7 +525,10 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
 #pragma unroll
     for (int h = 0; h < SB; ++h) offset[h][i] = p_offset[h] - m_use;
-    alpha[i] = moved ? ex2(m_old - m_use) : 1.f;
+    if constexpr (LATE_ALPHA<E>)
+      alpha[i] = m_old - m_use;
+    else
+      alpha[i] = moved ? ex2(m_old - m_use) : 1.f;
   }
 #pragma unroll
   for (int r = 0; r < NREGS; ++r) {
@@ -525,7 +538,12 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
-    if constexpr (SB == 1)
+    if constexpr (LATE_ALPHA<E> && SB == 1)
+      tile_sum[i] = reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
+    else if constexpr (LATE_ALPHA<E>)
+      tile_sum[i] = fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
+                         reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
+    else if constexpr (SB == 1)
       st.l[i] = st.l[i] * alpha[i] + reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
     else
       st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
@@ -1027,7 +1045,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
     float s_acc[S_REGS];
     uint32_t pa[P_REGS];
-    float alpha[2];
+    float alpha[2], tile_sum[2];
     bool moved;
 
     // FP8: O is kept in units of v_max, the largest V scale of the tiles this work tile reads, and tile j's P is
@@ -1068,14 +1086,24 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
       if (j * BLOCK_N >= t.n_full || (WINDOW && j * BLOCK_N < t.n_lo))
-        moved = online_softmax<E, true, CAUSAL, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N,
-                                                        row0, t.seqlen_k, t.diag, p.window_left);
+        moved = online_softmax<E, true, CAUSAL, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
+                                                        j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
-        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, j * BLOCK_N, row0,
-                                                 t.seqlen_k, t.diag);
+        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum, j * BLOCK_N,
+                                                 row0, t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
-      if (moved) scale_o<D>(o, alpha);
+      if constexpr (LATE_ALPHA<E>) {
+        if (moved) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) alpha[i] = ex2(alpha[i]), st.l[i] *= alpha[i];
+          scale_o<D>(o, alpha);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) st.l[i] += tile_sum[i];
+      } else if (moved) {
+        scale_o<D>(o, alpha);
+      }
     };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
