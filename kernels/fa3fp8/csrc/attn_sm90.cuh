@@ -535,19 +535,21 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     const int h = r / BLOCK_REGS, i = (r / 2) % 2;
     s[r] = ex2(MASKED ? s[r] + offset[h][i] : fmaf(s[r], scale[h], offset[h][i]));
   }
+  // row i's sum of this tile's p, each block's times its l_unit
+  auto tile_row_sum = [&](int i) {
+    if constexpr (SB == 1)
+      return reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
+    else
+      return fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
+                  reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
+  };
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
-    if constexpr (LATE_ALPHA<E> && SB == 1)
-      tile_sum[i] = reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
-    else if constexpr (LATE_ALPHA<E>)
-      tile_sum[i] = fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
-                         reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
-    else if constexpr (SB == 1)
-      st.l[i] = st.l[i] * alpha[i] + reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0];
+    if constexpr (LATE_ALPHA<E>)
+      tile_sum[i] = tile_row_sum(i);
     else
-      st.l[i] = st.l[i] * alpha[i] + fmaf(reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, add), l_unit[1],
-                                          reduce_row<BLOCK_GROUPS>(s, 0, i, add) * l_unit[0]);
+      st.l[i] = st.l[i] * alpha[i] + tile_row_sum(i);
   }
   return moved;
 }
