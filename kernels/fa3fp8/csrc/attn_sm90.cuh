@@ -465,17 +465,15 @@ __device__ __forceinline__ float quad_reduce(float x, Op op) {
 // warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
 // stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
 // rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
-// An experiment's switch for FP8 (-DFA3FP8_LATE_ALPHA=1, off): alpha is left as its base-2 log and the row sums in
+// With LATE (LATE_ALPHA: FP8 in the overlapped loop), alpha is left as its base-2 log and the row sums in
 // tile_sum, for the caller's rescale to take the exponentials and l's update into the branch that rescales O.
 // Otherwise ptxas predicates the two exponentials, which every tile then issues on the SFU (FP8 d128: 66 MUFU a tile
-// for 64 scores, the SFU as busy as the tensor cores), whether m moved (2.4% of tiles at S16K) or not. (16-bit d64's
-// three consumers spill 8 bytes with it.)
-#ifndef FA3FP8_LATE_ALPHA
-#define FA3FP8_LATE_ALPHA 0
-#endif
-template <class E>
-constexpr bool LATE_ALPHA = E::FP8 && FA3FP8_LATE_ALPHA;
-template <class E, bool MASKED, bool CAUSAL, bool WINDOW = false, int NREGS, int SB>
+// for 64 scores, the SFU as busy as the tensor cores) whether m moved (2.4% of tiles at S16K) or not. FP8 d128's
+// overlapped loop: +1.8-2.3%; the serial loop lost 1.4-2.9% with it, and 16-bit d64's three consumers spill 8 bytes
+// (session 47).
+template <class E, int LOOP>
+constexpr bool LATE_ALPHA = E::FP8 && LOOP == 1;
+template <class E, bool MASKED, bool CAUSAL, bool LATE, bool WINDOW = false, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
                                                float (&alpha)[2], float (&tile_sum)[2], int n0, int row0,
@@ -525,7 +523,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
     const float m_use = (MASKED && st.m[i] == -INFINITY) ? 0.f : st.m[i];
 #pragma unroll
     for (int h = 0; h < SB; ++h) offset[h][i] = p_offset[h] - m_use;
-    if constexpr (LATE_ALPHA<E>)
+    if constexpr (LATE)
       alpha[i] = m_old - m_use;
     else
       alpha[i] = moved ? ex2(m_old - m_use) : 1.f;
@@ -546,7 +544,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // as one expression: written in two steps, ptxas spills more in FP8 d256's causal overlapped loop
-    if constexpr (LATE_ALPHA<E>)
+    if constexpr (LATE)
       tile_sum[i] = tile_row_sum(i);
     else
       st.l[i] = st.l[i] * alpha[i] + tile_row_sum(i);
@@ -1049,6 +1047,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     uint32_t pa[P_REGS];
     float alpha[2], tile_sum[2];
     bool moved;
+    constexpr bool LATE = LATE_ALPHA<E, LOOP>;
 
     // FP8: O is kept in units of v_max, the largest V scale of the tiles this work tile reads, and tile j's P is
     // multiplied by vs_j / v_max, so O needs rescaling only when the max moves. V's scales are powers of two
@@ -1088,14 +1087,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         }
       }
       if (j * BLOCK_N >= t.n_full || (WINDOW && j * BLOCK_N < t.n_lo))
-        moved = online_softmax<E, true, CAUSAL, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
-                                                        j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
+        moved = online_softmax<E, true, CAUSAL, LATE, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
+                                                              j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
-        moved = online_softmax<E, false, CAUSAL>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum, j * BLOCK_N,
-                                                 row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, false, CAUSAL, LATE>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
+                                                       j * BLOCK_N, row0, t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
-      if constexpr (LATE_ALPHA<E>) {
+      if constexpr (LATE) {
         if (moved) {
 #pragma unroll
           for (int i = 0; i < 2; ++i) alpha[i] = ex2(alpha[i]), st.l[i] *= alpha[i];
