@@ -465,14 +465,14 @@ __device__ __forceinline__ float quad_reduce(float x, Op op) {
 // warp's rows moves only when some row's tile max passes it by more than E::MAX_SLACK (a warp vote): otherwise p
 // stays below 2^(p_offset + slack), alpha is 1 and the caller skips rescaling O (FlashAttention-4's conditional
 // rescale; O / l is exact either way). Returns whether m moved; alpha then rescales what was accumulated before.
-// With LATE (LATE_ALPHA: FP8 in the overlapped loop), alpha is left as its base-2 log and the row sums in
-// tile_sum, for the caller's rescale to take the exponentials and l's update into the branch that rescales O.
+// With LATE (LATE_ALPHA: FP8 in the overlapped loop, but d64's folds), alpha is left as its base-2 log and the row
+// sums in tile_sum, for the caller's rescale to take the exponentials and l's update into the branch that rescales O.
 // Otherwise ptxas predicates the two exponentials, which every tile then issues on the SFU (FP8 d128: 66 MUFU a tile
-// for 64 scores, the SFU as busy as the tensor cores) whether m moved (2.4% of tiles at S16K) or not. FP8 d128's
-// overlapped loop: +1.8-2.3%; the serial loop lost 1.4-2.9% with it, and 16-bit d64's three consumers spill 8 bytes
-// (session 47).
-template <class E, int LOOP>
-constexpr bool LATE_ALPHA = E::FP8 && LOOP == 1;
+// for 64 scores, the SFU as busy as the tensor cores) whether m moved (2.4% of tiles at S16K) or not. H100, session
+// 47: FP8 d128's overlapped loop +1.8-2.3%, d256 level to +1%, d64 causal S16K +8% but its folds -4%; the serial loop
+// lost 1.4-2.9% with it, BF16 d256 6-9%, and 16-bit d64's three consumers spill 8 bytes.
+template <class E, int D, int LOOP, bool FOLD>
+constexpr bool LATE_ALPHA = E::FP8 && LOOP == OVERLAP && (D >= 128 || !FOLD);
 template <class E, bool MASKED, bool CAUSAL, bool LATE, bool WINDOW = false, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
@@ -1047,7 +1047,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     uint32_t pa[P_REGS];
     float alpha[2], tile_sum[2];
     bool moved;
-    constexpr bool LATE = LATE_ALPHA<E, LOOP>;
+    constexpr bool LATE = LATE_ALPHA<E, D, LOOP, FOLD>;
 
     // FP8: O is kept in units of v_max, the largest V scale of the tiles this work tile reads, and tile j's P is
     // multiplied by vs_j / v_max, so O needs rescaling only when the max moves. V's scales are powers of two
