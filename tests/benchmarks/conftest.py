@@ -73,3 +73,9 @@ def sass():
 def moves():
     """benchmarks/max_moves.py"""
     return _load("max_moves")
+
+
+@pytest.fixture(scope="module")
+def accuracy():
+    """benchmarks/fp8_accuracy.py"""
+    return _load("fp8_accuracy")
