@@ -77,6 +77,13 @@ struct Half {
 using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
+#ifndef FA3FP8_LEAN_HEAD
+#define FA3FP8_LEAN_HEAD 0
+#endif
+// LEAN_HEAD: the key-tile loop's head in unsigned arithmetic (ring slot and phase, scale indices), Q's wgmma
+// descriptor made once per consumer rather than per tile, and the serial loop's scales read a tile ahead (no mask)
+constexpr bool LEAN_HEAD = FA3FP8_LEAN_HEAD;
+
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
 // softmax(j) under that P·V.
 enum Loop { SERIAL = 0, OVERLAP = 1 };
@@ -578,12 +585,16 @@ __device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PR
 }
 
 // S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma, Q and K in panels of QK_PANEL bytes a row;
-// FRESH: as desc_at
+// q0 is q_wg's descriptor (q_desc); FRESH: as desc_at
+template <class E, int D>
+__device__ __forceinline__ uint64_t q_desc(const uint8_t* q_wg) {
+  return smem_desc(q_wg, 16, QK_PANEL<E, D>);
+}
 template <class E, int D, int BM, int N, bool FRESH>
-__device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, const uint8_t* k_tile) {
+__device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, uint64_t q0, const uint8_t* k_tile) {
   constexpr int ROW = QK_PANEL<E, D>, STEPS = ROW / 32;  // wgmma k-steps per panel
   static_assert(!FRESH || ROW == PANEL, "descriptors made anew take 128-byte panels");
-  const uint64_t q0 = smem_desc(q_wg, 16, ROW), k0 = smem_desc(k_tile, 16, ROW);
+  const uint64_t k0 = smem_desc(k_tile, 16, ROW);
 #pragma unroll
   for (int kk = 0; kk < D * E::BYTES / 32; ++kk) {
     const int panel = kk / STEPS, col = (kk % STEPS) * 32;
@@ -969,6 +980,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
+  const uint64_t q0 = q_desc<E, D>(q_wg);
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
@@ -989,8 +1001,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
     };
     // ring slot and phase of this work tile's K/V tile j
-    auto slot = [&](int j) { return (tiles + j) % STAGES; };
-    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
+    auto slot = [&](int j) {
+      return LEAN_HEAD ? static_cast<int>(static_cast<uint32_t>(tiles + j) % STAGES) : (tiles + j) % STAGES;
+    };
+    auto phase = [&](int j) {
+      return LEAN_HEAD ? (static_cast<uint32_t>(tiles + j) / STAGES) & 1
+                       : static_cast<uint32_t>(((tiles + j) / STAGES) & 1);
+    };
     auto release = [&](uint64_t* empty, int j) {
       if (lane == 0) {
         mbar_arrive(&empty[slot(j)]);
@@ -1071,7 +1088,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         ks[h] = 1.f, vs[h] = 1.f;
         if constexpr (E::FP8) {
           const int blk = SB == 1 ? j : min(j * SB + h, kv_blocks - 1);
-          ks[h] = k_scale[blk], vs[h] = v_scale[blk];
+          if constexpr (LEAN_HEAD)
+            ks[h] = k_scale[static_cast<uint32_t>(blk)], vs[h] = v_scale[static_cast<uint32_t>(blk)];
+          else
+            ks[h] = k_scale[blk], vs[h] = v_scale[blk];
         }
       }
     };
@@ -1116,7 +1136,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto qk_alone = [&](int j) {
       mbar_wait(&sm.k_full[slot(j)], phase(j));
       wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
+      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, LEAN_HEAD ? q0 : q_desc<E, D>(q_wg), sm.k[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
@@ -1164,7 +1184,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
         wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
+        issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, LEAN_HEAD ? q0 : q_desc<E, D>(q_wg), sm.k[slot(j)]);
         wgmma_commit();
         issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
@@ -1181,10 +1201,20 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
+      // LEAN_HEAD: tile j + 1's scales, read while tile j's softmax runs (causal kernels spill 3 bytes with them)
+      constexpr bool SCALES_AHEAD = LEAN_HEAD && !CAUSAL;
+      float ks_next[SB], vs_next[SB];
+      if (SCALES_AHEAD && n_tiles > 0) scales(0, ks_next, vs_next);
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
-        scales(j, ks, vs);
+        if constexpr (SCALES_AHEAD) {
+#pragma unroll
+          for (int h = 0; h < SB; ++h) ks[h] = ks_next[h], vs[h] = vs_next[h];
+        } else {
+          scales(j, ks, vs);
+        }
         qk_alone(j);
+        if constexpr (SCALES_AHEAD) scales(min(j + 1, n_tiles - 1), ks_next, vs_next);
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
