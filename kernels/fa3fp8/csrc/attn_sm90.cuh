@@ -81,7 +81,7 @@ using FP16 = Half<__half>;
 #define FA3FP8_LEAN_HEAD 0
 #endif
 // LEAN_HEAD: the key-tile loop's head in unsigned arithmetic (ring slot and phase, scale indices), Q's wgmma
-// descriptor made once per consumer rather than per tile, and the serial loop's scales read a tile ahead (no mask)
+// descriptor made once per consumer rather than per tile, and without a mask (d <= 128) the scales read a tile ahead
 constexpr bool LEAN_HEAD = FA3FP8_LEAN_HEAD;
 
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
@@ -1168,18 +1168,36 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
+    // LEAN_HEAD without a mask, d <= 128: tile j + 1's scales read while tile j's softmax runs (with them causal
+    // kernels spilled 3 bytes in the serial loop, FP8 d256's overlapped ones 39)
+    constexpr bool SCALES_AHEAD = LEAN_HEAD && !CAUSAL && D <= 128;
+    float ks_next[SB], vs_next[SB];
+    // tile j's scales: read a tile ahead (SCALES_AHEAD) or now
+    auto tile_scales = [&](int j, float (&ks)[SB], float (&vs)[SB]) {
+      if constexpr (SCALES_AHEAD) {
+#pragma unroll
+        for (int h = 0; h < SB; ++h) ks[h] = ks_next[h], vs[h] = vs_next[h];
+      } else {
+        scales(j, ks, vs);
+      }
+    };
+    if (SCALES_AHEAD && n_tiles > 0) scales(0, ks_next, vs_next);
+    auto read_scales_after = [&](int j) {
+      if constexpr (SCALES_AHEAD) scales(min(j + 1, n_tiles - 1), ks_next, vs_next);
+    };
     if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
-        scales(0, ks, vs);
+        tile_scales(0, ks, vs);
         qk_alone(0);
+        read_scales_after(0);
         softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
       }
       for (int j = 1; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
-        scales(j, ks, vs);
+        tile_scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
@@ -1192,6 +1210,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wait_s();
         release(sm.k_empty, j);
         release_q_after(j);
+        read_scales_after(j);
         softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
@@ -1201,20 +1220,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       if (n_tiles > 0) pv_alone(n_tiles - 1);
     } else {
-      // LEAN_HEAD: tile j + 1's scales, read while tile j's softmax runs (causal kernels spill 3 bytes with them)
-      constexpr bool SCALES_AHEAD = LEAN_HEAD && !CAUSAL;
-      float ks_next[SB], vs_next[SB];
-      if (SCALES_AHEAD && n_tiles > 0) scales(0, ks_next, vs_next);
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
-        if constexpr (SCALES_AHEAD) {
-#pragma unroll
-          for (int h = 0; h < SB; ++h) ks[h] = ks_next[h], vs[h] = vs_next[h];
-        } else {
-          scales(j, ks, vs);
-        }
+        tile_scales(j, ks, vs);
         qk_alone(j);
-        if constexpr (SCALES_AHEAD) scales(min(j + 1, n_tiles - 1), ks_next, vs_next);
+        read_scales_after(j);
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
