@@ -31,7 +31,8 @@ import fa3fp8  # noqa: E402
 from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
 from fa3fp8.testing import random_qkv, rmse  # noqa: E402
 
-SHAPES = [  # batch, seqlen, heads, kv_heads, d, causal
+SHAPE_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "d", "causal")
+SHAPES = [
     (2, 2048, 8, 8, 128, False),
     (2, 2048, 8, 2, 128, True),
     (1, 1500, 4, 4, 256, False),
@@ -45,7 +46,7 @@ VARIANTS = {
 
 
 def shape_errors(shape, draws: int, device: str) -> dict[str, float]:
-    """Mean RMSE against fp64 over draws 0 .. draws - 1 of `shape` (batch, seqlen, heads, kv_heads, d, causal):
+    """Mean RMSE against fp64 over draws 0 .. draws - 1 of `shape` (SHAPE_FIELDS' values):
     fa3fp8's FP8 and each of VARIANTS, quantized in the same blocks as fa3fp8's bundle."""
     batch, seqlen, heads, kv_heads, d, causal = shape
     totals = dict.fromkeys(("fa3fp8", *VARIANTS), 0.0)
@@ -101,10 +102,9 @@ def main():
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"{'shape':24s} {'fa3fp8':>9s}" + "".join(f" {name:>20s}" for name in VARIANTS) + "   gain")
     rows = []
-    for batch, seqlen, heads, kv_heads, d, causal in SHAPES:
-        errors = shape_errors((batch, seqlen, heads, kv_heads, d, causal), args.draws, args.device)
-        row = dict(batch=batch, seqlen=seqlen, heads=heads, kv_heads=kv_heads, d=d, causal=causal, rmse=errors,
-                   gain=round(errors["per-tensor"] / errors["fa3fp8"], 3))
+    for shape in SHAPES:
+        errors = shape_errors(shape, args.draws, args.device)
+        row = dict(zip(SHAPE_FIELDS, shape), rmse=errors, gain=round(errors["per-tensor"] / errors["fa3fp8"], 3))
         rows.append(row)
         print(f"{shape_label(row):24s} {errors['fa3fp8']:9.3e}" + "".join(f" {errors[n]:20.3e}" for n in VARIANTS)
               + f"  {row['gain']:5.2f}x", flush=True)

@@ -35,8 +35,7 @@ def test_the_rotation_lowers_the_error_with_either_scaling(errors):
 
 
 def test_plot_writes_a_png(accuracy, errors, tmp_path):
-    batch, seqlen, heads, kv_heads, d, causal = SHAPE
-    rows = [dict(batch=batch, seqlen=seqlen, heads=heads, kv_heads=kv_heads, d=d, causal=causal, rmse=errors)]
+    rows = [dict(zip(accuracy.SHAPE_FIELDS, SHAPE), rmse=errors)]
     accuracy.plot(rows, tmp_path / "accuracy.png")
     assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert accuracy.shape_label(rows[0]) == "d128 causal GQA 2:1"
