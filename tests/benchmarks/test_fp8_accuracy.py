@@ -29,9 +29,22 @@ def test_fa3fp8_is_the_rotated_per_block_math_averaged_over_the_draws(errors):
 
 
 def test_the_rotation_lowers_the_error_with_either_scaling(errors):
-    assert set(errors) == {"fa3fp8", "block", "per-tensor+rotation", "per-tensor"}
+    assert set(errors) == {"fa3fp8", "block", "per-tensor+rotation", "per-tensor", "qk-floor"}
     assert errors["fa3fp8"] < errors["block"] <= errors["per-tensor"]
     assert errors["per-tensor+rotation"] < errors["per-tensor"]
+
+
+def test_the_floor_keeps_q_and_ks_rounding_alone(accuracy, errors):
+    batch, seqlen, heads, kv_heads, d, causal = SHAPE
+    q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, "cpu", seed=0, outliers=True)
+    ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+    cu = torch.tensor([0, seqlen], dtype=torch.int32)
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    rotated = accuracy.qk_floor(quantize_qkv_reference(*packed, cu, cu, 64, 128), v, causal)
+    plain = accuracy.qk_floor(quantize_qkv_reference(*packed, cu, cu, 64, 128, hadamard=False), v, causal)
+    assert rotated.shape == ref.shape
+    assert 0 < rmse(rotated, ref) < rmse(plain, ref)
+    assert 0 < errors["qk-floor"] < errors["fa3fp8"]
 
 
 def test_plot_writes_a_png(accuracy, errors, tmp_path):
