@@ -77,13 +77,6 @@ struct Half {
 using BF16 = Half<__nv_bfloat16>;
 using FP16 = Half<__half>;
 
-#ifndef FA3FP8_LEAN_HEAD
-#define FA3FP8_LEAN_HEAD 0
-#endif
-// LEAN_HEAD: the key-tile loop's head in unsigned arithmetic (ring slot and phase, scale indices), Q's wgmma
-// descriptor made once per consumer rather than per tile, and without a mask (d <= 128) the scales read a tile ahead
-constexpr bool LEAN_HEAD = FA3FP8_LEAN_HEAD;
-
 // Consumer loop: SERIAL runs Q·Kᵀ(j), softmax(j), P·V(j) in order; OVERLAP issues Q·Kᵀ(j) with P·V(j-1) and runs
 // softmax(j) under that P·V.
 enum Loop { SERIAL = 0, OVERLAP = 1 };
@@ -585,16 +578,12 @@ __device__ __forceinline__ void pack_p(const float (&p)[NREGS], uint32_t (&a)[PR
 }
 
 // S (64 x N) = Q (64 x D) · K tile (N x D)ᵀ, 32 bytes of D per wgmma, Q and K in panels of QK_PANEL bytes a row;
-// q0 is q_wg's descriptor (q_desc); FRESH: as desc_at
-template <class E, int D>
-__device__ __forceinline__ uint64_t q_desc(const uint8_t* q_wg) {
-  return smem_desc(q_wg, 16, QK_PANEL<E, D>);
-}
+// FRESH: as desc_at
 template <class E, int D, int BM, int N, bool FRESH>
-__device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, uint64_t q0, const uint8_t* k_tile) {
+__device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg, const uint8_t* k_tile) {
   constexpr int ROW = QK_PANEL<E, D>, STEPS = ROW / 32;  // wgmma k-steps per panel
   static_assert(!FRESH || ROW == PANEL, "descriptors made anew take 128-byte panels");
-  const uint64_t k0 = smem_desc(k_tile, 16, ROW);
+  const uint64_t q0 = smem_desc(q_wg, 16, ROW), k0 = smem_desc(k_tile, 16, ROW);
 #pragma unroll
   for (int kk = 0; kk < D * E::BYTES / 32; ++kk) {
     const int panel = kk / STEPS, col = (kk % STEPS) * 32;
@@ -980,7 +969,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
-  const uint64_t q0 = q_desc<E, D>(q_wg);
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
@@ -1001,13 +989,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
     };
     // ring slot and phase of this work tile's K/V tile j
-    auto slot = [&](int j) {
-      return LEAN_HEAD ? static_cast<int>(static_cast<uint32_t>(tiles + j) % STAGES) : (tiles + j) % STAGES;
-    };
-    auto phase = [&](int j) {
-      return LEAN_HEAD ? (static_cast<uint32_t>(tiles + j) / STAGES) & 1
-                       : static_cast<uint32_t>(((tiles + j) / STAGES) & 1);
-    };
+    auto slot = [&](int j) { return (tiles + j) % STAGES; };
+    auto phase = [&](int j) { return static_cast<uint32_t>(((tiles + j) / STAGES) & 1); };
     auto release = [&](uint64_t* empty, int j) {
       if (lane == 0) {
         mbar_arrive(&empty[slot(j)]);
@@ -1088,10 +1071,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         ks[h] = 1.f, vs[h] = 1.f;
         if constexpr (E::FP8) {
           const int blk = SB == 1 ? j : min(j * SB + h, kv_blocks - 1);
-          if constexpr (LEAN_HEAD)
-            ks[h] = k_scale[static_cast<uint32_t>(blk)], vs[h] = v_scale[static_cast<uint32_t>(blk)];
-          else
-            ks[h] = k_scale[blk], vs[h] = v_scale[blk];
+          ks[h] = k_scale[blk], vs[h] = v_scale[blk];
         }
       }
     };
@@ -1136,7 +1116,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto qk_alone = [&](int j) {
       mbar_wait(&sm.k_full[slot(j)], phase(j));
       wgmma_fence();
-      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, LEAN_HEAD ? q0 : q_desc<E, D>(q_wg), sm.k[slot(j)]);
+      issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
       wgmma_commit();
       wgmma_wait<0>();
       wait_s();
@@ -1168,41 +1148,23 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
-    // LEAN_HEAD without a mask, d <= 128: tile j + 1's scales read while tile j's softmax runs (with them causal
-    // kernels spilled 3 bytes in the serial loop, FP8 d256's overlapped ones 39)
-    constexpr bool SCALES_AHEAD = LEAN_HEAD && !CAUSAL && D <= 128;
-    float ks_next[SB], vs_next[SB];
-    // tile j's scales: read a tile ahead (SCALES_AHEAD) or now
-    auto tile_scales = [&](int j, float (&ks)[SB], float (&vs)[SB]) {
-      if constexpr (SCALES_AHEAD) {
-#pragma unroll
-        for (int h = 0; h < SB; ++h) ks[h] = ks_next[h], vs[h] = vs_next[h];
-      } else {
-        scales(j, ks, vs);
-      }
-    };
-    if (SCALES_AHEAD && n_tiles > 0) scales(0, ks_next, vs_next);
-    auto read_scales_after = [&](int j) {
-      if constexpr (SCALES_AHEAD) scales(min(j + 1, n_tiles - 1), ks_next, vs_next);
-    };
     if (LOOP == OVERLAP) {
       if (n_tiles > 0) {
         float ks[SB], vs[SB];
-        tile_scales(0, ks, vs);
+        scales(0, ks, vs);
         qk_alone(0);
-        read_scales_after(0);
         softmax_tile(0, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
       }
       for (int j = 1; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
-        tile_scales(j, ks, vs);
+        scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
         mbar_wait(&sm.v_full[slot(j - 1)], phase(j - 1));
         wait_o();
         wgmma_fence();
-        issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, LEAN_HEAD ? q0 : q_desc<E, D>(q_wg), sm.k[slot(j)]);
+        issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
         issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
@@ -1210,7 +1172,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wait_s();
         release(sm.k_empty, j);
         release_q_after(j);
-        read_scales_after(j);
         softmax_tile(j, ks, vs);
         wgmma_wait<0>();
         wait_o();
@@ -1222,9 +1183,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     } else {
       for (int j = 0; j < n_tiles; ++j) {
         float ks[SB], vs[SB];
-        tile_scales(j, ks, vs);
+        scales(j, ks, vs);
         qk_alone(j);
-        read_scales_after(j);
         softmax_tile(j, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
