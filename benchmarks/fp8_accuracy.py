@@ -8,7 +8,7 @@ reference's FP8 math (`fa3fp8.reference`, P rounded to e4m3 as the kernels round
 - `per-tensor`: one scale per tensor and head without the rotation, the plain FP8 that the issue's 2.5x target
   (FlashAttention-3's 2.6x) is measured against;
 - `qk-floor`: Q and K quantized as fa3fp8 quantizes them, V and P exact: the error e4m3's Q·Kᵀ leaves on its own,
-  so plain FP8's error over it bounds the gain of any FP8 attention whose Q·Kᵀ runs in e4m3.
+  so plain FP8's error over it bounds the gain of any FP8 attention whose Q·Kᵀ runs on Q and K rotated so.
 
 The shapes are the GPU tests' (tests/kernels/test_attention_gpu.py): d128 without a mask, d128 causal with GQA 4:1,
 d256 without a mask, d64 causal.
