@@ -50,13 +50,14 @@ VARIANTS = {
     "per-tensor+rotation": dict(hadamard=True, per_tensor=True),
     "per-tensor": dict(hadamard=False, per_tensor=True),
 }
+COLUMNS = ("fa3fp8", *VARIANTS, "qk-floor")  # each shape's errors, in the order printed and plotted
 
 
 def shape_errors(shape, draws: int, device: str) -> dict[str, float]:
     """Mean RMSE against fp64 over draws 0 .. draws - 1 of `shape` (SHAPE_FIELDS' values):
     fa3fp8's FP8 and each of VARIANTS, quantized in the same blocks as fa3fp8's bundle."""
     batch, seqlen, heads, kv_heads, d, causal = shape
-    totals = dict.fromkeys(("fa3fp8", *VARIANTS, "qk-floor"), 0.0)
+    totals = dict.fromkeys(COLUMNS, 0.0)
     for seed in range(draws):
         q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, device, seed=seed,
                              outliers=True)
@@ -95,10 +96,9 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ("fa3fp8", *VARIANTS, "qk-floor")
     fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
+    width = 0.8 / len(COLUMNS)
+    for i, name in enumerate(COLUMNS):
         ax.bar([x + i * width for x in range(len(rows))], [r["rmse"][name] for r in rows], width, label=name)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], [shape_label(r) for r in rows])
     ax.set(ylabel="RMSE against fp64", title="FP8 attention on FlashAttention-3's outlier distribution")
@@ -117,15 +117,14 @@ def main():
     if args.draws < 1:
         parser.error(f"--draws must be at least 1, not {args.draws}")
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    others = (*VARIANTS, "qk-floor")
-    print(f"{'shape':24s} {'fa3fp8':>9s}" + "".join(f" {name:>20s}" for name in others) + "   gain  bound")
+    print(f"{'shape':24s} {'fa3fp8':>9s}" + "".join(f" {name:>20s}" for name in COLUMNS[1:]) + "   gain  bound")
     rows = []
     for shape in SHAPES:
         errors = shape_errors(shape, args.draws, args.device)
         row = dict(zip(SHAPE_FIELDS, shape), rmse=errors, gain=round(errors["per-tensor"] / errors["fa3fp8"], 3),
                    bound=round(errors["per-tensor"] / errors["qk-floor"], 3))
         rows.append(row)
-        print(f"{shape_label(row):24s} {errors['fa3fp8']:9.3e}" + "".join(f" {errors[n]:20.3e}" for n in others)
+        print(f"{shape_label(row):24s} {errors['fa3fp8']:9.3e}" + "".join(f" {errors[n]:20.3e}" for n in COLUMNS[1:])
               + f"  {row['gain']:5.2f}x {row['bound']:5.2f}x", flush=True)
     print(f"wrote {bench.save_results(args.out, 'fp8-accuracy', gpu, {'draws': args.draws}, rows, plot)}")
 

@@ -9,20 +9,25 @@ from fa3fp8.testing import random_qkv, rmse
 SHAPE = (1, 384, 2, 1, 128, True)  # batch, seqlen, heads, kv_heads, d, causal
 
 
+def draw(seed):
+    """Draw `seed` of SHAPE: v, the fp64 reference output, cu_seqlens and packed (q, k, v)."""
+    batch, seqlen, heads, kv_heads, d, causal = SHAPE
+    q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, "cpu", seed=seed, outliers=True)
+    ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    return v, ref, torch.tensor([0, seqlen], dtype=torch.int32), packed
+
+
 @pytest.fixture(scope="module")
 def errors(accuracy):
     return accuracy.shape_errors(SHAPE, draws=2, device="cpu")
 
 
 def test_fa3fp8_is_the_rotated_per_block_math_averaged_over_the_draws(errors):
-    batch, seqlen, heads, kv_heads, d, causal = SHAPE
+    causal = SHAPE[-1]
     by_draw = []
     for seed in range(2):
-        q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, "cpu", seed=seed,
-                             outliers=True)
-        ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
-        cu = torch.tensor([0, seqlen], dtype=torch.int32)
-        packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+        _, ref, cu, packed = draw(seed)
         out, _ = attention_fp8_reference(quantize_qkv_reference(*packed, cu, cu, 64, 128), causal=causal)
         by_draw.append(rmse(out.to(torch.bfloat16), ref.reshape(out.shape)))  # fa3fp8 returns q's dtype
     assert errors["fa3fp8"] == pytest.approx(sum(by_draw) / 2, rel=1e-6)
@@ -35,11 +40,8 @@ def test_the_rotation_lowers_the_error_with_either_scaling(errors):
 
 
 def test_the_floor_keeps_q_and_ks_rounding_alone(accuracy, errors):
-    batch, seqlen, heads, kv_heads, d, causal = SHAPE
-    q, k, v = random_qkv(batch, seqlen, seqlen, heads, kv_heads, d, torch.bfloat16, "cpu", seed=0, outliers=True)
-    ref, _ = attention_reference(q, k, v, causal=causal, compute_dtype=torch.float64)
-    cu = torch.tensor([0, seqlen], dtype=torch.int32)
-    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    causal = SHAPE[-1]
+    v, ref, cu, packed = draw(0)
     rotated = accuracy.qk_floor(quantize_qkv_reference(*packed, cu, cu, 64, 128), v, causal)
     plain = accuracy.qk_floor(quantize_qkv_reference(*packed, cu, cu, 64, 128, hadamard=False), v, causal)
     assert rotated.shape == ref.shape
