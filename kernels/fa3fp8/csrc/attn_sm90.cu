@@ -115,9 +115,9 @@ cudaError_t launch_fp8_window(int d, const Launch& l) {
                   : launch<E4M3, 128, 128, 4, 3, true, SERIAL, OutT, 1, false, true>(l);
 }
 
-// The rest of a Launch beside its tensor maps and Params, as both entries take it
-static void set_shape(Launch& l, int batch, int max_seqlen_q, int max_seqlen_k, int total_k, void* workspace,
-                      long long workspace_bytes, int split_rounds, int window_left, void* stream) {
+// The rest of a Launch beside its tensor maps and Params (sizes, split workspace, stream), as both entries take it
+static void fill_launch(Launch& l, int batch, int max_seqlen_q, int max_seqlen_k, int total_k, void* workspace,
+                        long long workspace_bytes, int split_rounds, int window_left, void* stream) {
   l.p.window_left = window_left;
   l.batch = batch;
   l.max_seqlen_q = max_seqlen_q;
@@ -171,8 +171,8 @@ int fa3fp8_attn_fp8_fwd(const void* q8, const void* k8, const void* v8t, void* o
     return MAP_FAILED;
   l.p = Params{out,  lse,      q_scale, k_scale,    v_scale,    cu_q,    cu_k,         cu_bq, cu_bk,
                heads, kv_heads, total_q, n_blocks_q, n_blocks_k, q_block, qk_scale_log2};
-  set_shape(l, batch, max_seqlen_q, max_seqlen_k, total_k, workspace, workspace_bytes, split_rounds, window_left,
-            stream);
+  fill_launch(l, batch, max_seqlen_q, max_seqlen_k, total_k, workspace, workspace_bytes, split_rounds, window_left,
+              stream);
   const bool c = causal != 0;
   cudaError_t err;
   if (d == 64)
@@ -228,8 +228,8 @@ int fa3fp8_attn_fwd(const void* q, const void* k, const void* v, void* out, floa
     return MAP_FAILED;
   l.p = Params{out, lse, nullptr, nullptr, nullptr, cu_q, cu_k, nullptr, nullptr, heads, kv_heads, total_q,
                0,   0,   0,       qk_scale_log2};
-  set_shape(l, batch, max_seqlen_q, max_seqlen_k, total_k, workspace, workspace_bytes, split_rounds, window_left,
-            stream);
+  fill_launch(l, batch, max_seqlen_q, max_seqlen_k, total_k, workspace, workspace_bytes, split_rounds, window_left,
+              stream);
   const bool c = causal != 0;
   if (d == 64)
     return static_cast<int>(bf16 ? launch_d64<BF16, BF16::Out>(c, loop, consumers, fold != 0, l)
