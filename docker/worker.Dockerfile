@@ -8,7 +8,7 @@
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.2-devel-ubuntu24.04
 
-# the builder has nvcc: fa3fp8's CUDA kernel library is built here, the runtime image only loads it
+# the builder compiles fa3fp8's CUDA kernel library; the runtime image only loads it
 FROM ${CUDA_DEVEL_IMAGE} AS builder
 ARG TORCH_VERSION=2.11.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
@@ -34,8 +34,12 @@ COPY core/ core/
 COPY worker/ worker/
 COPY docflash/ docflash/
 COPY kernels/ kernels/
+# fa3fp8's kernel library is compiled by the pinned CUDA compiler (pyproject's cuda-build wheels), which stays in
+# /opt/cuda-build, apart from the venv (torch pins its own CUDA runtime) and out of the runtime image.
 RUN pip install --no-cache-dir --no-deps . \
-    && python -m fa3fp8.cuda_build \
+    && python docker/requirements.py cuda-build > /tmp/cuda-build.txt \
+    && pip install --no-cache-dir --no-deps --target /opt/cuda-build -r /tmp/cuda-build.txt \
+    && PATH="/opt/cuda-build/nvidia/cu13/bin:$PATH" python -m fa3fp8.cuda_build \
     && python -c "import docflash.cli, fa3fp8, torch, triton, transformers"
 
 FROM ${CUDA_IMAGE} AS runtime

@@ -9,6 +9,7 @@ looked up beside the sources, then in `FA3FP8_CACHE_DIR`, and built there when m
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,24 @@ UNITS = {
 }
 
 
+def toolchain_nvcc() -> str | None:
+    """Path of nvcc from the pinned CUDA compiler wheels (pyproject's `cuda-build` extra) in this Python environment;
+    None when they are not installed."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except ValueError:  # an `nvidia` module without a spec
+        return None
+    for root in spec.submodule_search_locations if spec else ():
+        candidate = Path(root) / "cu13" / "bin" / "nvcc"
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
 def nvcc() -> str | None:
-    """Path of nvcc: on PATH, else under CUDA_HOME; None when there is none."""
-    found = shutil.which("nvcc")
+    """Path of nvcc: the pinned toolchain's (toolchain_nvcc), else the one on PATH, else under CUDA_HOME; None when
+    there is none."""
+    found = toolchain_nvcc() or shutil.which("nvcc")
     if found:
         return found
     candidate = Path(env.cuda_home()) / "bin" / "nvcc"

@@ -46,7 +46,8 @@ def cache_dir() -> str:
 
 
 def cuda_home() -> str:
-    """`CUDA_HOME` (default `/usr/local/cuda`): where nvcc is looked for when it is not on PATH."""
+    """`CUDA_HOME` (default `/usr/local/cuda`): where nvcc is looked for when neither the pinned `cuda-build` wheels
+    nor PATH have one."""
     return os.environ.get("CUDA_HOME") or "/usr/local/cuda"
 
 

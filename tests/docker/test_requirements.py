@@ -56,6 +56,15 @@ def test_command_line_prints_one_requirement_per_line():
     assert all(line.strip() == line and line for line in result.stdout.splitlines())
 
 
+def test_cuda_build_prints_the_pinned_compiler_the_worker_image_builds_with():
+    result = subprocess.run([sys.executable, "docker/requirements.py", "cuda-build"], capture_output=True, text=True,
+                            cwd=REPO, check=True)
+    pins = result.stdout.splitlines()
+    assert "nvidia-cuda-nvcc==13.5.37" in pins and all("==" in pin for pin in pins)
+    dockerfile = (REPO / "docker" / "worker.Dockerfile").read_text()
+    assert "requirements.py cuda-build" in dockerfile and "--target /opt/cuda-build" in dockerfile
+
+
 GPU_MODULES = ("torch", "triton", "transformers", "safetensors", "sentence_transformers")
 # What `docflash api`, `docflash flower` and `docflash watch` import, plus the settings they all load.
 API_IMAGE_PROBE = f"""

@@ -2,12 +2,37 @@
 failures say what nvcc said, a built library is found before anything is compiled."""
 
 import ctypes
+import subprocess
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from fa3fp8 import cuda_build
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="needs nvcc")
+
+
+def test_the_pinned_toolchains_nvcc_comes_before_the_one_on_path(tmp_path, monkeypatch):
+    wheel_nvcc = tmp_path / "site" / "nvidia" / "cu13" / "bin" / "nvcc"
+    wheel_nvcc.parent.mkdir(parents=True)
+    wheel_nvcc.write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert cuda_build.toolchain_nvcc() == cuda_build.nvcc() == str(wheel_nvcc)
+    monkeypatch.setattr(cuda_build, "toolchain_nvcc", lambda: None)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    (tmp_path / "cuda" / "bin" / "nvcc").write_text("")
+    assert cuda_build.nvcc() == str(tmp_path / "cuda" / "bin" / "nvcc")
+
+
+@pytest.mark.skipif(cuda_build.toolchain_nvcc() is None, reason="needs the cuda-build wheels")
+def test_the_library_is_built_by_the_pinned_compiler():
+    pins = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    nvcc_pin = next(p for p in pins["project"]["optional-dependencies"]["cuda-build"] if "nvidia-cuda-nvcc" in p)
+    version = subprocess.run([cuda_build.nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"V{nvcc_pin.split('==')[1]}" in version
 
 
 def test_library_name_follows_every_source_and_each_units_options(tmp_path):
