@@ -39,7 +39,7 @@ COPY kernels/ kernels/
 RUN pip install --no-cache-dir --no-deps . \
     && python docker/requirements.py cuda-build > /tmp/cuda-build.txt \
     && pip install --no-cache-dir --no-deps --target /opt/cuda-build -r /tmp/cuda-build.txt \
-    && PATH="/opt/cuda-build/nvidia/cu13/bin:$PATH" python -m fa3fp8.cuda_build \
+    && FA3FP8_NVCC=/opt/cuda-build/nvidia/cu13/bin/nvcc python -m fa3fp8.cuda_build \
     && python -c "import docflash.cli, fa3fp8, torch, triton, transformers"
 
 FROM ${CUDA_IMAGE} AS runtime

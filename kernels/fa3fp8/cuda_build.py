@@ -46,9 +46,9 @@ def toolchain_nvcc() -> str | None:
 
 
 def nvcc() -> str | None:
-    """Path of nvcc: the pinned toolchain's (toolchain_nvcc), else the one on PATH, else under CUDA_HOME; None when
-    there is none."""
-    found = toolchain_nvcc() or shutil.which("nvcc")
+    """Path of nvcc: FA3FP8_NVCC's (env.nvcc), else the pinned toolchain's (toolchain_nvcc), else the one on PATH, else
+    under CUDA_HOME; None when there is none."""
+    found = env.nvcc() or toolchain_nvcc() or shutil.which("nvcc")
     if found:
         return found
     candidate = Path(env.cuda_home()) / "bin" / "nvcc"

@@ -51,6 +51,16 @@ def cuda_home() -> str:
     return os.environ.get("CUDA_HOME") or "/usr/local/cuda"
 
 
+def nvcc() -> str | None:
+    """`FA3FP8_NVCC`: the nvcc to build the CUDA kernel library with instead of the pinned one (default none: see
+    `cuda_build.nvcc`), for trying another compiler. The library's name does not follow the compiler, so such a build
+    wants a `FA3FP8_CACHE_DIR` of its own."""
+    value = os.environ.get("FA3FP8_NVCC", "").strip()
+    if value and not os.path.isfile(value):
+        raise ValueError(f"FA3FP8_NVCC must name an nvcc executable, got {value!r}")
+    return value or None
+
+
 def nvcc_flags() -> tuple[str, ...]:
     """`FA3FP8_NVCC_FLAGS`: more nvcc options for the CUDA kernel library (space-separated, default none), such as an
     experiment's `-D` switch in csrc or ptxas options. They are part of the library's name, so each set of options

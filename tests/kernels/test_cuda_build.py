@@ -13,12 +13,18 @@ from fa3fp8 import cuda_build
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc() is None, reason="needs nvcc")
 
 
-def test_the_pinned_toolchains_nvcc_comes_before_the_one_on_path(tmp_path, monkeypatch):
+def test_nvcc_is_the_experiments_then_the_pinned_toolchains_then_paths(tmp_path, monkeypatch):
     wheel_nvcc = tmp_path / "site" / "nvidia" / "cu13" / "bin" / "nvcc"
     wheel_nvcc.parent.mkdir(parents=True)
     wheel_nvcc.write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     assert cuda_build.toolchain_nvcc() == cuda_build.nvcc() == str(wheel_nvcc)
+    other = tmp_path / "other" / "nvcc"
+    other.parent.mkdir()
+    other.write_text("")
+    monkeypatch.setenv("FA3FP8_NVCC", str(other))
+    assert cuda_build.nvcc() == str(other)  # a compiler experiment's nvcc comes first
+    monkeypatch.delenv("FA3FP8_NVCC")
     monkeypatch.setattr(cuda_build, "toolchain_nvcc", lambda: None)
     monkeypatch.setenv("PATH", "")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))

@@ -22,6 +22,17 @@ def test_kernel_rejects_unknown_names(monkeypatch):
         env.kernel()
 
 
+def test_nvcc_names_an_executable_or_nothing(monkeypatch, tmp_path):
+    monkeypatch.delenv("FA3FP8_NVCC", raising=False)
+    assert env.nvcc() is None
+    (tmp_path / "nvcc").write_text("")
+    monkeypatch.setenv("FA3FP8_NVCC", str(tmp_path / "nvcc"))
+    assert env.nvcc() == str(tmp_path / "nvcc")
+    monkeypatch.setenv("FA3FP8_NVCC", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="FA3FP8_NVCC"):
+        env.nvcc()
+
+
 def test_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("FA3FP8_CACHE_DIR", raising=False)
     assert env.cache_dir().endswith(".cache/fa3fp8")
