@@ -54,8 +54,8 @@ COLUMNS = ("fa3fp8", *VARIANTS, "qk-floor")  # each shape's errors, in the order
 
 
 def shape_errors(shape, draws: int, device: str) -> dict[str, float]:
-    """Mean RMSE against fp64 over draws 0 .. draws - 1 of `shape` (SHAPE_FIELDS' values):
-    fa3fp8's FP8 and each of VARIANTS, quantized in the same blocks as fa3fp8's bundle."""
+    """Mean RMSE against fp64 over draws 0 .. draws - 1 of `shape` (SHAPE_FIELDS' values), one per COLUMNS:
+    fa3fp8's FP8, each of VARIANTS quantized in the same blocks as fa3fp8's bundle, and the Q·Kᵀ floor (qk_floor)."""
     batch, seqlen, heads, kv_heads, d, causal = shape
     totals = dict.fromkeys(COLUMNS, 0.0)
     for seed in range(draws):
