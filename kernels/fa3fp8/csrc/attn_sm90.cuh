@@ -866,6 +866,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // (+2.7%): ptxas scheduled d64's other loops worse with the skip in them, and spilled in the BF16 causal ones (H100,
   // session 38, kernel_ab: BF16 causal S16K -2.2%, FP8 full S4K -1.3%), while d128 and d256 gained up to 4%
   constexpr bool SKIP_IDLE = D != 64 || (E::FP8 && FOLD);
+  // causal, where the row block is no whole number of key tiles (three consumers' 192 rows, BF16/FP16 d256's 80-key
+  // tiles): each consumer takes the mask's bounds from its own 64 rows, runs the unmasked softmax on the key tiles its
+  // first row sees whole and leaves out the tiles past its last row's diagonal. H100, session 51, kernel_ab (three
+  // runs, 5 to 9 rounds): BF16 d256 causal S2K-16K +0.4-3.8%, BF16 d128 three consumers S16K +0.4-1.3%, FP8 d128
+  // three consumers' folds S8K / 16K +1.0% / level to +2.3%. The 128-row, 128-key kernels, whose bounds are the
+  // block's, lost 1-2% to the code (FP8 d256, BF16 d128 folds), and d64's three consumers spilled 12 bytes: both go
+  // without.
+  constexpr bool WG_BOUNDS = CAUSAL && D >= 128 && BLOCK_M % BLOCK_N != 0;
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
@@ -976,6 +984,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
+    // the key tiles [0, n_mine) this warpgroup computes, the first n_full of them without a mask; the work tile's
+    // bounds are its first row's (t.n_full) and its last warpgroup's (n_tiles)
+    int n_full = t.n_full, n_mine = n_tiles;
+    if constexpr (WG_BOUNDS) {
+      n_full = max(min(t.seqlen_k, wg_m0 + 1 + t.diag), 0) / BLOCK_N * BLOCK_N;
+      n_mine = min(n_tiles, (max(min(t.seqlen_k, wg_m0 + WG_ROWS + t.diag), 0) + BLOCK_N - 1) / BLOCK_N);
+    }
     // O_IN_V: this work tile's O goes out through the V ring's slots (a split segment's goes to the workspace from
     // registers, and so does a keyless one's: the o_free protocol counts work tiles with keys, which keep a pair of
     // CTAs within one of each other; keyless ones do not). Asked after the loop, so that it holds no register there.
@@ -1086,7 +1101,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           l_unit[h] = __int_as_float((127 + shift) << 23);
         }
       }
-      if (j * BLOCK_N >= t.n_full || (WINDOW && j * BLOCK_N < t.n_lo))
+      if (j * BLOCK_N >= n_full || (WINDOW && j * BLOCK_N < t.n_lo))
         moved = online_softmax<E, true, CAUSAL, LATE, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
                                                               j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
@@ -1149,7 +1164,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
 
     if (LOOP == OVERLAP) {
-      if (n_tiles > 0) {
+      if (n_mine > 0) {
         float ks[SB], vs[SB];
         scales(0, ks, vs);
         qk_alone(0);
@@ -1157,7 +1172,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      for (int j = 1; j < n_tiles; ++j) {
+      for (int j = 1; j < n_mine; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
@@ -1179,9 +1194,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_tiles > 0) pv_alone(n_tiles - 1);
+      if (n_mine > 0) pv_alone(n_mine - 1);
     } else {
-      for (int j = 0; j < n_tiles; ++j) {
+      for (int j = 0; j < n_mine; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         qk_alone(j);
@@ -1191,12 +1206,20 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
+    // the key tiles past this warpgroup's rows: each released once it has landed, as the other warpgroups read it
+    for (int j = n_mine; j < n_tiles; ++j) {
+      mbar_wait(&sm.k_full[slot(j)], phase(j));
+      release(sm.k_empty, j);
+      release_q_after(j);
+      mbar_wait(&sm.v_full[slot(j)], phase(j));
+      release(sm.v_empty, j);
+    }
     if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
-    if (!EARLY_TOTALS || n_tiles == 0) row_totals();
+    if (!EARLY_TOTALS || n_mine == 0) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
     if ((O_STAGE || o_via_v()) && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
