@@ -1019,20 +1019,21 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     auto release_q_after = [&](int j) {
       if (CLUSTER == 1 && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
     };
+    // key tile j passed on unread: released once it has landed, so that the ring's arrivals keep their phases
+    auto pass_tile = [&](int j) {
+      mbar_wait(&sm.k_full[slot(j)], phase(j));
+      release(sm.k_empty, j);
+      release_q_after(j);
+      mbar_wait(&sm.v_full[slot(j)], phase(j));
+      release(sm.v_empty, j);
+    };
     if (SKIP_IDLE && wg_m0 >= t.seqlen_q) {
       // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups): no products
-      // and no epilogue, only the ring's barriers, each tile released once it has landed so that the arrivals keep
-      // their phases; the warpgroups with rows then have the tensor cores to themselves. It leaves before O is set
-      // up: inside the loop's branches, ptxas zeroed O twice and rescheduled the 16-bit loops (BF16 d256 causal folds
-      // -5.6% at S4K, H100, session 37)
+      // and no epilogue, every tile passed on unread; the warpgroups with rows then have the tensor cores to
+      // themselves. It leaves before O is set up: inside the loop's branches, ptxas zeroed O twice and rescheduled
+      // the 16-bit loops (BF16 d256 causal folds -5.6% at S4K, H100, session 37)
       mbar_wait(&sm.q_full, items & 1);
-      for (int j = 0; j < n_tiles; ++j) {
-        mbar_wait(&sm.k_full[slot(j)], phase(j));
-        release(sm.k_empty, j);
-        release_q_after(j);
-        mbar_wait(&sm.v_full[slot(j)], phase(j));
-        release(sm.v_empty, j);
-      }
+      for (int j = 0; j < n_tiles; ++j) pass_tile(j);
       if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
       if (o_via_v()) consumers_sync<CONSUMERS>();  // as the warpgroups with rows do before they write O there
       free_o();
@@ -1206,14 +1207,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
-    // the key tiles past this warpgroup's rows: each released once it has landed, as the other warpgroups read it
-    for (int j = n_mine; j < n_tiles; ++j) {
-      mbar_wait(&sm.k_full[slot(j)], phase(j));
-      release(sm.k_empty, j);
-      release_q_after(j);
-      mbar_wait(&sm.v_full[slot(j)], phase(j));
-      release(sm.v_empty, j);
-    }
+    for (int j = n_mine; j < n_tiles; ++j) pass_tile(j);  // past this warpgroup's rows: the others read them
     if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
