@@ -3,7 +3,8 @@
 compared bit for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
 
     python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--dtypes bf16,fp8] [--dims 128,256]
-                                   [--ragged 200,1000,...] [--rounds 5] [--out DIR]
+                                   [--ragged 200,1000,...] [--windows 1024,4096 [--no-plain]] [--rounds 5]
+                                   [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/ with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
@@ -13,7 +14,10 @@ experiment built from the same source with FA3FP8_NVCC_FLAGS set is "new" under 
 name of its own); where it changes rounding, the rows' max_abs_diff says by how much. `--ragged` adds packed
 batches of sequences of these lengths (a service's documents, most of them ending inside a row block), each dtype,
 head dim and mask through the public API (flash_attn_varlen_func; FP8: flash_attn_fp8_func on its packed bundle), as
-`S` 0 rows with their `lengths`. Writes kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
+`S` 0 rows with their `lengths`. `--windows` adds causal attention in sliding windows of these many keys (query i
+sees keys i - window + 1 .. i) on the same shapes, each on the window's settings (WINDOW_SETTINGS), as rows with
+their `window` and TFLOPS of the pairs the window keeps; `--no-plain` leaves out the rows without a window. Writes
+kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
 """
 
 import argparse
@@ -28,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention as bench  # noqa: E402
+import window as window_bench  # noqa: E402
 import fa3fp8  # noqa: E402
 import torch  # noqa: E402
 from fa3fp8 import attention_sm90, cuda_build  # noqa: E402
@@ -66,6 +71,14 @@ def ragged_cases(lengths, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS, device=
         launch = (len(lengths) * heads, longest, sm_count(q.device)) if q.is_cuda else None
         settings = attention_sm90.best_settings(d, fp8, causal, longest, launch=launch)
         yield fp8, d, causal, settings, runner, sum(bench.flops(1, heads, n, d, causal) for n in lengths)
+
+
+def window_cases(seqlens, windows, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS):
+    """(fp8, d, seqlen, batch, heads, window, settings) for causal attention in a sliding window of each of `windows`
+    keys shorter than the sequence, on the shapes of `cases` and the CUDA kernel's window settings there."""
+    return [(fp8, d, seqlen, batch, heads, window, window_bench.cuda_settings(d, fp8, window))
+            for fp8, d, causal, seqlen, batch, heads, _ in cases(seqlens, dtypes, dims)
+            for window in windows if causal and window < seqlen]
 
 
 def ab_row(kernel, libs, flops, rounds, **fields):
@@ -110,7 +123,8 @@ def compare(old, new):
 def label(row):
     """A row's shape in a few words: dtype, head dim, mask, and S or "ragged"."""
     shape = f"S{row['S'] // 1024}K" if row["S"] else "ragged"
-    return f"{row['dtype']} d{row['d']}\n{'causal' if row['causal'] else 'full'} {shape}"
+    mask = f"win{row['window']}" if row.get("window") else "causal" if row["causal"] else "full"
+    return f"{row['dtype']} d{row['d']}\n{mask} {shape}"
 
 
 def plot(rows, path):
@@ -143,18 +157,32 @@ def main():
                         help="head dims (of the CUDA kernel's; default those of the speed targets)")
     parser.add_argument("--ragged", type=lambda s: [int(x) for x in s.split(",")], default=[],
                         help="lengths of packed sequences to time as well, through the public API")
+    parser.add_argument("--windows", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                        help="sliding windows (keys a query sees, itself included) to time causal attention in too")
+    parser.add_argument("--no-plain", action="store_true", help="only the --windows and --ragged rows")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     libs = {"old": cuda_build.open_library(args.old), "new": cuda_build.load()}
     os.environ["FA3FP8_KERNEL"] = "cuda"  # what fp8_bundles restores after making both bundles
     rows = []
-    for fp8, d, causal, seqlen, batch, heads, settings in cases(args.seqlens, args.dtypes, args.dims):
+    plain = [] if args.no_plain else cases(args.seqlens, args.dtypes, args.dims)
+    for fp8, d, causal, seqlen, batch, heads, settings in plain:
         q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
         bundles = bench.fp8_bundles(q, k, v) if fp8 else None
         kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
         rows.append(ab_row(kernel, libs, bench.flops(batch, heads, seqlen, d, causal), args.rounds,
                            dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings))
+        del q, k, v, bundles, kernel
+        torch.cuda.empty_cache()
+    for fp8, d, seqlen, batch, heads, window, settings in window_cases(args.seqlens, args.windows, args.dtypes,
+                                                                      args.dims):
+        q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+        bundles = bench.fp8_bundles(q, k, v) if fp8 else None
+        kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, True)
+        flops = batch * window_bench.window_flops(seqlen, window, heads, d)
+        rows.append(ab_row(kernel, libs, flops, args.rounds, dtype="fp8" if fp8 else "bf16", d=d, S=seqlen,
+                           causal=True, window=window, settings=settings))
         del q, k, v, bundles, kernel
         torch.cuda.empty_cache()
     for fp8, d, causal, settings, kernel, flops in ragged_cases(args.ragged, args.dtypes, args.dims):

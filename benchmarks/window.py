@@ -57,6 +57,11 @@ def flex_runner(q, k, v, window: int):
     return lambda: attend(qt, kt, vt, block_mask=mask, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
 
 
+def cuda_settings(d: int, fp8: bool, window: int) -> dict:
+    """The CUDA launcher's arguments for causal attention in a sliding window of `window` keys at head dim d."""
+    return {**attention_sm90.WINDOW_SETTINGS[(d, fp8)], "window_left": window - 1}
+
+
 def runners(q, k, v, window: int) -> dict:
     """{impl: closure} for one shape: the API (the Triton kernel under FA3FP8_KERNEL=auto) and, at its head dims, the
     CUDA kernel's launcher with its window settings; FP8 on quantize_qkv's bundles of q, k, v, V in key order for the
@@ -66,8 +71,7 @@ def runners(q, k, v, window: int) -> dict:
                "cuda": fa3fp8.quantize_qkv(q, k, v, permute_v=True)}
 
     def cuda(fp8):
-        extra = {**attention_sm90.WINDOW_SETTINGS[(d, fp8)], "window_left": window - 1}
-        return bench.settings_runner(extra, fp8, q, k, v, bundles, True)
+        return bench.settings_runner(cuda_settings(d, fp8, window), fp8, q, k, v, bundles, True)
 
     named = {
         "fa3fp8-bf16": lambda: fa3fp8.flash_attn_func(q, k, v, causal=True, window_size=size),

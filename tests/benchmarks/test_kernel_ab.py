@@ -26,6 +26,17 @@ def test_cases_keep_only_the_dtypes_and_head_dims_asked_for(ab):
     }
 
 
+def test_window_cases_are_causal_on_the_window_settings_and_shorter_than_the_sequence(ab):
+    cases = ab.window_cases([4096, 16384], [1024, 8192], dtypes=["bf16"], dims=[128])
+    assert [(fp8, d, seqlen, window) for fp8, d, seqlen, _, _, window, _ in cases] == [
+        (False, 128, 4096, 1024), (False, 128, 16384, 1024), (False, 128, 16384, 8192)
+    ]
+    for fp8, d, seqlen, batch, heads, window, settings in cases:
+        assert batch * seqlen == 16384 and heads * d == 2048
+        assert settings == {**attention_sm90.WINDOW_SETTINGS[(d, fp8)], "window_left": window - 1}
+    assert ab.window_cases([4096], []) == []
+
+
 def test_a_runner_calls_into_its_own_library(ab, monkeypatch):
     monkeypatch.setattr(cuda_build, "load", cuda_build.load)  # restored after the test
     old, new = object(), object()
@@ -58,6 +69,7 @@ def test_plot_writes_a_png(ab, tmp_path):
 def test_label_names_the_shape_or_a_ragged_batch(ab):
     assert ab.label(dict(dtype="bf16", d=128, S=4096, causal=False)) == "bf16 d128\nfull S4K"
     assert ab.label(dict(dtype="fp8", d=64, S=0, causal=True)) == "fp8 d64\ncausal ragged"
+    assert ab.label(dict(dtype="fp8", d=128, S=16384, causal=True, window=1024)) == "fp8 d128\nwin1024 S16K"
 
 
 def test_ragged_cases_call_the_public_api_on_the_packed_sequences(ab):
