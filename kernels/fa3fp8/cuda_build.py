@@ -157,7 +157,7 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fa3fp8_fold_key_tiles.restype = i
     lib.fa3fp8_fold_key_tiles.argtypes = [i] * 4
     lib.fa3fp8_window_tiles.restype = i
-    lib.fa3fp8_window_tiles.argtypes = [i] * 6 + [ctypes.POINTER(i)] * 4
+    lib.fa3fp8_window_tiles.argtypes = [i] * 6 + [ctypes.POINTER(i)] * 5
     return lib
 
 

@@ -674,17 +674,20 @@ def test_entry_points_take_windows_on_their_window_settings_only():
 def test_window_tiles_hold_every_visible_key_and_are_whole_only_where_every_row_sees_them(ptxas_report, block_m,
                                                                                             block_n):
     # tile_at's WINDOW view (run on the host) against the keys each row sees: a row block's tiles start at a tile
-    # boundary at or before its first row's first key and reach its last row's last; the tiles it runs unmasked
-    # ([n_lo, n_full)) hold only keys every row of the block sees; its first and last tiles hold a key some row sees
+    # boundary at or before its first row's first key and reach its last row's last; each warpgroup of 64 rows skips
+    # the tiles before `first`, which hold no key its rows see (tile `first` holds one), and runs the tiles from `lo`
+    # to the block's masked diagonal (n_full) unmasked, which hold only keys every one of its rows sees
     rng = random.Random(block_m * block_n)
     lib = cuda_build.load()
+    warpgroups = block_m // 64
     for _ in range(40):
         seqlen_q, seqlen_k = rng.randint(1, 1200), rng.randint(0, 1500)
         left = rng.choice([0, 1, block_n - 1, block_n, rng.randint(0, 1500)])
         m_blocks = -(-seqlen_q // block_m)
-        out = [(ctypes.c_int * m_blocks)() for _ in range(4)]
+        out = [(ctypes.c_int * m_blocks)() for _ in range(3)] + [(ctypes.c_int * (m_blocks * warpgroups))()
+                                                                  for _ in range(2)]
         assert lib.fa3fp8_window_tiles(block_m, block_n, seqlen_q, seqlen_k, left, m_blocks, *out) == 0
-        key0, n_tiles, n_lo, n_full = ([int(x) for x in a] for a in out)
+        key0, n_tiles, n_full, first, lo = ([int(x) for x in a] for a in out)
         rows = torch.arange(seqlen_q)[:, None] + seqlen_k - seqlen_q  # each query's own key
         keys = torch.arange(seqlen_k)[None, :]
         visible = (keys <= rows) & (keys >= rows - left)
@@ -697,10 +700,20 @@ def test_window_tiles_hold_every_visible_key_and_are_whole_only_where_every_row_
             if seen.numel() == 0:
                 continue
             assert begin <= seen.min() < begin + block_n and end - block_n <= seen.max() < end, (case, m)
-            for tile in range(n_tiles[m]):
-                if n_lo[m] <= tile * block_n < n_full[m]:
-                    lo = begin + tile * block_n
-                    assert block[:, lo : lo + block_n].all() and lo + block_n <= seqlen_k, (case, m, tile)
+            for c in range(warpgroups):
+                mine = block[c * 64 : (c + 1) * 64]
+                seen = mine.any(0).nonzero().flatten()
+                i = m * warpgroups + c
+                assert lo[i] % block_n == 0 and first[i] * block_n <= lo[i], (case, m, c)
+                if seen.numel() == 0:
+                    continue
+                assert begin + first[i] * block_n <= seen.min() < begin + (first[i] + 1) * block_n, (case, m, c)
+                window_starts = rows[m * block_m + c * 64 : m * block_m + (c + 1) * 64, 0] - left
+                assert begin + lo[i] >= window_starts.max(), (case, m, c)  # no key from lo on lies left of a window
+                for tile in range(lo[i] // block_n, n_tiles[m]):
+                    start = begin + tile * block_n
+                    if tile * block_n < n_full[m]:
+                        assert mine[:, start : start + block_n].all() and start + block_n <= seqlen_k, (case, m, c)
 
 
 def test_windows_run_this_kernel_at_its_head_dims_unless_the_triton_kernel_is_asked(monkeypatch):

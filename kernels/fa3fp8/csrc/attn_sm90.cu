@@ -334,13 +334,15 @@ void fa3fp8_fold_segments(int units, int key_tiles, int grid, const int* n_long,
 
 // A sliding window's work tiles, for tests without a GPU: tile_at's WINDOW view of row block m of one sequence of
 // seqlen_q queries and seqlen_k keys, in blocks of block_m rows on key tiles of block_n keys (window_settings': 192 x
-// 128, 128 x 128, 128 x 80): at [m] its first key (key0), its key tiles (n_tiles), and where its whole tiles begin and
-// end (n_lo, n_full; keys from key0); n_tiles -1 for a block past the queries. Returns -2 for other blocks or tiles.
+// 128, 128 x 128, 128 x 80): at [m] its first key (key0), its key tiles (n_tiles) and where its first row's masked
+// diagonal begins (n_full, keys from key0), n_tiles -1 for a block past the queries; at [m x block_m / 64 + c] its
+// warpgroup c's window_edge (first, lo). Returns -2 for other blocks or tiles.
 int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, int window_left, int m_blocks,
-                        int* key0, int* n_tiles, int* n_lo, int* n_full) {
+                        int* key0, int* n_tiles, int* n_full, int* first, int* lo) {
   const int cu_q[2] = {0, seqlen_q}, cu_k[2] = {0, seqlen_k};
   Params p{};
   p.cu_q = cu_q, p.cu_k = cu_k, p.heads = 1, p.kv_heads = 1, p.m_blocks = m_blocks, p.window_left = window_left;
+  const int warpgroups = block_m / WG_ROWS;
   for (int m = 0; m < m_blocks; ++m) {
     WorkTile t;
     const int w = m_blocks - 1 - m;  // causal work tiles count row blocks from the last
@@ -353,8 +355,15 @@ int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, in
       rows = tile_at<2 * WG_ROWS, BLOCK_N_16BIT_D256, true, 1, false, true>(p, w, t);
     else
       return static_cast<int>(UNSUPPORTED);
-    key0[m] = rows ? t.key0 : 0, n_tiles[m] = rows ? t.n_tiles : -1;
-    n_lo[m] = rows ? t.n_lo : 0, n_full[m] = rows ? t.n_full : 0;
+    key0[m] = rows ? t.key0 : 0, n_tiles[m] = rows ? t.n_tiles : -1, n_full[m] = rows ? t.n_full : 0;
+    for (int c = 0; c < warpgroups; ++c) {
+      const int i = m * warpgroups + c, r0 = t.m0 + c * WG_ROWS;
+      first[i] = lo[i] = 0;
+      if (rows && block_n == BLOCK_N_16BIT_D256)
+        window_edge<BLOCK_N_16BIT_D256>(t, r0, WG_ROWS, window_left, first[i], lo[i]);
+      else if (rows)
+        window_edge<128>(t, r0, WG_ROWS, window_left, first[i], lo[i]);
+    }
   }
   return 0;
 }

@@ -633,11 +633,21 @@ __device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2]
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
 // A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
 // and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
-// and split = -1. A WINDOW work tile starts at its window's first key tile (key0), and its key tiles before n_lo are
-// the window's masked left edge.
+// and split = -1. A WINDOW work tile starts at its window's first key tile (key0).
 struct WorkTile {
-  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split, n_lo;
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
 };
+
+// WINDOW: of rows [r0, r0 + rows) of work tile t (keys counted from its key0), the first key tile any of them sees
+// (first) and the key from which on no key tile holds a key left of some row's window (lo, a tile boundary): the
+// tiles between are the window's masked left edge
+template <int BLOCK_N>
+__host__ __device__ __forceinline__ void window_edge(const WorkTile& t, int r0, int rows, int window_left, int& first,
+                                                     int& lo) {
+  const int left = r0 + t.diag - window_left;  // row r0's first key
+  first = max(left, 0) / BLOCK_N;
+  lo = (max(left + rows - 1, 0) + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+}
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
@@ -646,8 +656,8 @@ struct WorkTile {
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
 // for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, one CTA a work tile): the
-// key tiles before the first one that the block's first row sees are skipped (key0), and those before the first that
-// its last row sees whole are masked (n_lo).
+// key tiles before the first one that the block's first row sees are skipped (key0); each consumer warpgroup skips
+// and masks its own left edge (window_edge).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
 __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTile& t) {
   const int bh = w / p.m_blocks, rank = w % p.m_blocks;
@@ -670,14 +680,13 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
   t.key0 = 0;
   t.split = -1;
-  t.n_lo = 0;
   if constexpr (WINDOW) {
-    const int key0 = max(t.m0 + t.diag - p.window_left, 0) / BLOCK_N * BLOCK_N;
-    const int whole = max(t.m0 + BLOCK_M - 1 + t.diag - p.window_left, 0);  // the last row's first key
+    int first, lo;
+    window_edge<BLOCK_N>(t, t.m0, BLOCK_M, p.window_left, first, lo);
+    const int key0 = first * BLOCK_N;
     t.key0 = key0;
     t.k_start += key0, t.seqlen_k -= key0, t.diag -= key0, t.n_full -= key0;
     t.n_tiles = (hi - key0 + BLOCK_N - 1) / BLOCK_N;
-    t.n_lo = (whole + BLOCK_N - 1) / BLOCK_N * BLOCK_N - key0;
   }
   return true;
 }
@@ -984,12 +993,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
-    // the key tiles [0, n_mine) this warpgroup computes, the first n_full of them without a mask; the work tile's
-    // bounds are its first row's (t.n_full) and its last warpgroup's (n_tiles)
-    int n_full = t.n_full, n_mine = n_tiles;
+    // the key tiles [n_first, n_mine) this warpgroup computes, those before n_full without a mask (WINDOW: and from
+    // n_lo on); the work tile's bounds are its first row's (t.n_full) and its last warpgroup's (n_tiles)
+    int n_full = t.n_full, n_mine = n_tiles, n_first = 0, n_lo = 0;
     if constexpr (WG_BOUNDS) {
       n_full = max(min(t.seqlen_k, wg_m0 + 1 + t.diag), 0) / BLOCK_N * BLOCK_N;
       n_mine = min(n_tiles, (max(min(t.seqlen_k, wg_m0 + WG_ROWS + t.diag), 0) + BLOCK_N - 1) / BLOCK_N);
+    }
+    if constexpr (WINDOW) {
+      window_edge<BLOCK_N>(t, wg_m0, WG_ROWS, p.window_left, n_first, n_lo);
+      n_first = min(n_first, n_mine);
     }
     // O_IN_V: this work tile's O goes out through the V ring's slots (a split segment's goes to the workspace from
     // registers, and so does a keyless one's: the o_free protocol counts work tiles with keys, which keep a pair of
@@ -1102,7 +1115,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
           l_unit[h] = __int_as_float((127 + shift) << 23);
         }
       }
-      if (j * BLOCK_N >= n_full || (WINDOW && j * BLOCK_N < t.n_lo))
+      if (j * BLOCK_N >= n_full || (WINDOW && j * BLOCK_N < n_lo))
         moved = online_softmax<E, true, CAUSAL, LATE, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
                                                               j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
@@ -1164,16 +1177,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
+    if constexpr (WINDOW)
+      for (int j = 0; j < n_first; ++j) pass_tile(j);  // left of this warpgroup's window: the others read them
     if (LOOP == OVERLAP) {
-      if (n_mine > 0) {
+      if (n_mine > n_first) {
         float ks[SB], vs[SB];
-        scales(0, ks, vs);
-        qk_alone(0);
-        softmax_tile(0, ks, vs);
+        scales(n_first, ks, vs);
+        qk_alone(n_first);
+        softmax_tile(n_first, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      for (int j = 1; j < n_mine; ++j) {
+      for (int j = n_first + 1; j < n_mine; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         mbar_wait(&sm.k_full[slot(j)], phase(j));
@@ -1195,9 +1210,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         rescale();
         pack_p<E>(s_acc, pa);
       }
-      if (n_mine > 0) pv_alone(n_mine - 1);
+      if (n_mine > n_first) pv_alone(n_mine - 1);
     } else {
-      for (int j = 0; j < n_mine; ++j) {
+      for (int j = n_first; j < n_mine; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
         qk_alone(j);
@@ -1213,7 +1228,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
     const int tq = lane % 4;
-    if (!EARLY_TOTALS || n_mine == 0) row_totals();
+    if (!EARLY_TOTALS || n_mine == n_first) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
     if ((O_STAGE || o_via_v()) && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
