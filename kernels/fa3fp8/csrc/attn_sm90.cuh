@@ -638,6 +638,11 @@ struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
 };
 
+// Causal: the keys of work tile t that row `row` sees (its key0 on), those before key `row + diag + 1`
+__host__ __device__ __forceinline__ int causal_keys(const WorkTile& t, int row) {
+  return max(min(t.seqlen_k, row + 1 + t.diag), 0);
+}
+
 // WINDOW: of rows [r0, r0 + rows) of work tile t (keys counted from its key0), the first key tile any of them sees
 // (first) and the key from which on no key tile holds a key left of some row's window (lo, a tile boundary): the
 // tiles between are the window's masked left edge
@@ -675,8 +680,8 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
   t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
   const int last_row = (CLUSTER == 2 ? m_blk | 1 : m_blk) * BLOCK_M + BLOCK_M;  // past this tile's (pair's) rows
-  const int hi = CAUSAL ? max(min(t.seqlen_k, last_row + t.diag), 0) : t.seqlen_k;
-  t.n_full = (CAUSAL ? max(min(t.seqlen_k, t.m0 + 1 + t.diag), 0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
+  const int hi = CAUSAL ? causal_keys(t, last_row - 1) : t.seqlen_k;
+  t.n_full = (CAUSAL ? causal_keys(t, t.m0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
   t.key0 = 0;
   t.split = -1;
@@ -997,8 +1002,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // n_lo on); the work tile's bounds are its first row's (t.n_full) and its last warpgroup's (n_tiles)
     int n_full = t.n_full, n_mine = n_tiles, n_first = 0, n_lo = 0;
     if constexpr (WG_BOUNDS) {
-      n_full = max(min(t.seqlen_k, wg_m0 + 1 + t.diag), 0) / BLOCK_N * BLOCK_N;
-      n_mine = min(n_tiles, (max(min(t.seqlen_k, wg_m0 + WG_ROWS + t.diag), 0) + BLOCK_N - 1) / BLOCK_N);
+      n_full = causal_keys(t, wg_m0) / BLOCK_N * BLOCK_N;
+      n_mine = min(n_tiles, (causal_keys(t, wg_m0 + WG_ROWS - 1) + BLOCK_N - 1) / BLOCK_N);
     }
     if constexpr (WINDOW) {
       window_edge<BLOCK_N>(t, wg_m0, WG_ROWS, p.window_left, n_first, n_lo);
@@ -1508,11 +1513,12 @@ inline int split_units(int units, int shares, int key_tiles, int min_saving) {
 }
 
 // Key tiles that causal row blocks first_blk to last_blk (a pair's two, or one) of block_m rows see in a sequence of
-// seqlen_q queries and seqlen_k keys, on tiles of block_n keys, counted as tile_at counts them (tile_at keeps its own
-// expression, whose machine code the per-tile causal kernels share); 0 when first_blk has no rows
+// seqlen_q queries and seqlen_k keys, on tiles of block_n keys, counted as tile_at counts them; 0 when first_blk has
+// no rows
 inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_blk, int seqlen_q, int seqlen_k) {
-  const int hi = std::max(std::min(seqlen_k, (last_blk + 1) * block_m + seqlen_k - seqlen_q), 0);
-  return first_blk * block_m < seqlen_q ? (hi + block_n - 1) / block_n : 0;
+  WorkTile t{};
+  t.seqlen_k = seqlen_k, t.diag = seqlen_k - seqlen_q;
+  return first_blk * block_m < seqlen_q ? (causal_keys(t, (last_blk + 1) * block_m - 1) + block_n - 1) / block_n : 0;
 }
 
 // Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks even), every sequence
