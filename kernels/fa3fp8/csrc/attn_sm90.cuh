@@ -660,7 +660,7 @@ __host__ __device__ __forceinline__ void window_edge(const WorkTile& t, int r0, 
 // first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
-// for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, one CTA a work tile): the
+// for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, unsplit): the
 // key tiles before the first one that the block's first row sees are skipped (key0); each consumer warpgroup skips
 // and masks its own left edge (window_edge).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
@@ -855,7 +855,8 @@ __device__ __forceinline__ int next_work(int w) {
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
 // and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
 // consumers finish the last P·V and the epilogue of the current one.
-// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), one CTA per work tile, unsplit.
+// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile
+// (WINDOW_PERSISTENT: persistent CTAs).
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
           bool FOLD, bool WINDOW = false>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
@@ -893,7 +894,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
                 "pairs of CTAs: one work tile each, half tiles of whole 8-row swizzle groups");
   static_assert(!FOLD || (CAUSAL && CLUSTER == 1), "folds pair causal row blocks of one CTA");
-  static_assert(!WINDOW || (CAUSAL && CLUSTER == 1 && !FOLD), "windows: causal, one CTA per work tile");
+  static_assert(!WINDOW || (CAUSAL && CLUSTER == 1 && !FOLD), "windows: causal, no pairs of CTAs, no folds");
   constexpr int HALF_ROWS = BLOCK_N / CLUSTER;  // rows of each K/V tile that one CTA of the cluster loads
   constexpr int HALF_D = D / CLUSTER;           // FP8: rows of each transposed V panel that one CTA loads
   // registers per consumer thread after the producer gives its own back: 64K minus 24 per producer thread
@@ -1597,6 +1598,14 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
                    from + segments, 0};
 }
 
+// An experiment's switch (-DFA3FP8_WINDOW_PERSISTENT=1, off; built in session 52, not yet run on a GPU): windowed
+// launches of persistent CTAs, each taking work tiles blockIdx.x, + gridDim.x, ... (the kernel's loop as without a
+// mask) instead of one CTA per work tile. Host code only: every kernel's machine code is the same either way.
+#ifndef FA3FP8_WINDOW_PERSISTENT
+#define FA3FP8_WINDOW_PERSISTENT 0
+#endif
+constexpr bool WINDOW_PERSISTENT = FA3FP8_WINDOW_PERSISTENT;
+
 // static: internal linkage, so that its KernelFacts are this library's own. A template function's local static has
 // vague linkage otherwise, which the dynamic linker unifies across libraries loaded into one process (two builds of
 // this one in benchmarks/kernel_ab.py: the second then took the first's "already allowed" and failed to launch).
@@ -1634,7 +1643,9 @@ static cudaError_t launch(const Launch& l) {
   // lets the hardware deal them in order, head by head and longest first; one of at most l.split_rounds rounds
   // splits its last round's work tiles (all of them when fewer than SMs) along the keys instead (plan_split). FOLD
   // deals persistent CTAs whole folds (a long and a short row block of one head, equal work for every fold).
-  constexpr bool PERSISTENT = !CAUSAL || FOLD;
+  // WINDOW_PERSISTENT: a window's work tiles are about equally long (a sequence's first window's shorter), so its CTAs
+  // may persist too and overlap each work tile's first loads with the last one's epilogue.
+  constexpr bool PERSISTENT = !CAUSAL || FOLD || (WINDOW && WINDOW_PERSISTENT);
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -1647,8 +1658,8 @@ static cudaError_t launch(const Launch& l) {
   config.attrs = &cluster;
   config.numAttrs = CLUSTER == 2 ? 1 : 0;
   // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split);
-  // a windowed one never does (its work tiles are about equally long, and their keys start at their windows)
-  if (PERSISTENT || (splits_tail<E, D>() && !WINDOW && p.work_tiles < (long long)ctas * l.split_rounds)) {
+  // a windowed one never does (its keys start at its windows)
+  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < (long long)ctas * l.split_rounds)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     if constexpr (CLUSTER == 2) {
@@ -1657,7 +1668,7 @@ static cudaError_t launch(const Launch& l) {
       ctas *= CLUSTER;
     }
     if (PERSISTENT) grid = min(grid, ctas);
-    if constexpr (splits_tail<E, D>()) {
+    if constexpr (splits_tail<E, D>() && !WINDOW) {
       split = plan_split<BLOCK_M, BLOCK_N, D, CAUSAL, CLUSTER, FOLD>(p, l, ctas);
       if (split.from < p.work_tiles) grid = split.grid;
     }
