@@ -1183,8 +1183,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
 
+    // left of this warpgroup's window: the others read them. Behind `if constexpr`: as a loop over n_first = 0 it
+    // renumbered the other kernels' PTX registers, and ptxas scheduled the FP8 d128 causal kernels anew (session 52)
     if constexpr (WINDOW)
-      for (int j = 0; j < n_first; ++j) pass_tile(j);  // left of this warpgroup's window: the others read them
+      for (int j = 0; j < n_first; ++j) pass_tile(j);
     if (LOOP == OVERLAP) {
       if (n_mine > n_first) {
         float ks[SB], vs[SB];
@@ -1646,6 +1648,7 @@ static cudaError_t launch(const Launch& l) {
   // WINDOW_PERSISTENT: a window's work tiles are about equally long (a sequence's first window's shorter), so its CTAs
   // may persist too and overlap each work tile's first loads with the last one's epilogue.
   constexpr bool PERSISTENT = !CAUSAL || FOLD || (WINDOW && WINDOW_PERSISTENT);
+  constexpr bool SPLIT = splits_tail<E, D>() && !WINDOW;  // as the kernel's: windows never split
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -1657,9 +1660,8 @@ static cudaError_t launch(const Launch& l) {
   config.stream = l.stream;
   config.attrs = &cluster;
   config.numAttrs = CLUSTER == 2 ? 1 : 0;
-  // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split);
-  // a windowed one never does (its keys start at its windows)
-  if (PERSISTENT || (splits_tail<E, D>() && p.work_tiles < (long long)ctas * l.split_rounds)) {
+  // a causal launch of one CTA per work tile may split only when it fills at most l.split_rounds rounds (plan_split)
+  if (PERSISTENT || (SPLIT && p.work_tiles < (long long)ctas * l.split_rounds)) {
     // the CTAs resident at once: one per SM, or as many pairs as fit (a GPC with an odd number of free SMs leaves
     // one out)
     if constexpr (CLUSTER == 2) {
@@ -1668,14 +1670,14 @@ static cudaError_t launch(const Launch& l) {
       ctas *= CLUSTER;
     }
     if (PERSISTENT) grid = min(grid, ctas);
-    if constexpr (splits_tail<E, D>() && !WINDOW) {
+    if constexpr (SPLIT) {
       split = plan_split<BLOCK_M, BLOCK_N, D, CAUSAL, CLUSTER, FOLD>(p, l, ctas);
       if (split.from < p.work_tiles) grid = split.grid;
     }
   }
   config.gridDim = dim3(grid);
   if ((err = cudaLaunchKernelEx(&config, kernel, l.q, l.k, l.v, map_o, p, split)) != cudaSuccess) return err;
-  if constexpr (splits_tail<E, D>()) {
+  if constexpr (SPLIT) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
       merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>
