@@ -81,6 +81,19 @@ def window_cases(seqlens, windows, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS
             for window in windows if causal and window < seqlen]
 
 
+def dense_row(libs, rounds, fp8, d, causal, seqlen, batch, heads, settings, flops, **fields):
+    """ab_row of the CUDA launcher on `settings` over `batch` random sequences of `seqlen` tokens and `heads` heads
+    (FP8: on their bundles), `flops` a call; its tensors are freed before it returns."""
+    q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
+    bundles = bench.fp8_bundles(q, k, v) if fp8 else None
+    kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
+    row = ab_row(kernel, libs, flops, rounds, dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, **fields,
+                 settings=settings)
+    del q, k, v, bundles, kernel
+    torch.cuda.empty_cache()
+    return row
+
+
 def ab_row(kernel, libs, flops, rounds, **fields):
     """One row of `fields`: `kernel` run on each of `libs` ({"old": ..., "new": ...}), the outputs compared, its TFLOPS
     (`flops` a call) on each, medians of `rounds` interleaved rounds; printed as it is made."""
@@ -168,23 +181,12 @@ def main():
     rows = []
     plain = [] if args.no_plain else cases(args.seqlens, args.dtypes, args.dims)
     for fp8, d, causal, seqlen, batch, heads, settings in plain:
-        q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
-        bundles = bench.fp8_bundles(q, k, v) if fp8 else None
-        kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, causal)
-        rows.append(ab_row(kernel, libs, bench.flops(batch, heads, seqlen, d, causal), args.rounds,
-                           dtype="fp8" if fp8 else "bf16", d=d, S=seqlen, causal=causal, settings=settings))
-        del q, k, v, bundles, kernel
-        torch.cuda.empty_cache()
+        rows.append(dense_row(libs, args.rounds, fp8, d, causal, seqlen, batch, heads, settings,
+                              bench.flops(batch, heads, seqlen, d, causal)))
     for fp8, d, seqlen, batch, heads, window, settings in window_cases(args.seqlens, args.windows, args.dtypes,
                                                                       args.dims):
-        q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=d)
-        bundles = bench.fp8_bundles(q, k, v) if fp8 else None
-        kernel = bench.settings_runner(settings, fp8, q, k, v, bundles, True)
-        flops = batch * window_bench.window_flops(seqlen, window, heads, d)
-        rows.append(ab_row(kernel, libs, flops, args.rounds, dtype="fp8" if fp8 else "bf16", d=d, S=seqlen,
-                           causal=True, window=window, settings=settings))
-        del q, k, v, bundles, kernel
-        torch.cuda.empty_cache()
+        rows.append(dense_row(libs, args.rounds, fp8, d, True, seqlen, batch, heads, settings,
+                              batch * window_bench.window_flops(seqlen, window, heads, d), window=window))
     for fp8, d, causal, settings, kernel, flops in ragged_cases(args.ragged, args.dtypes, args.dims):
         rows.append(ab_row(kernel, libs, flops, args.rounds, dtype="fp8" if fp8 else "bf16", d=d, S=0,
                            lengths=args.ragged, causal=causal, settings=settings))
