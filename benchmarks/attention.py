@@ -8,7 +8,8 @@ backends (and cuDNN's own FP8 attention when the `cudnn` frontend is importable)
                                           # (and the 128K prefill's FP8 attention)
 
 16K tokens per batch, hidden 2048 (heads = 2048 / d); TFLOPS = 4·B·H·S²·d / t, halved when causal.
-Peers are timed interleaved, shape by shape, median of triton.testing.do_bench.
+Peers are timed interleaved, shape by shape, median of triton.testing.do_bench; bench rows carry the median SM clock
+and board power while each was timed (gpu_clocks.py: the cards run attention at their power limit).
 """
 
 import argparse
@@ -23,12 +24,14 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fa3fp8  # noqa: E402
 from fa3fp8 import configs  # noqa: E402
 from fa3fp8.attention import attention_fwd  # noqa: E402
 from fa3fp8.reference import attention_fp8_reference, attention_reference, quantize_qkv_reference  # noqa: E402
 from fa3fp8.testing import host_ms, random_qkv, rmse  # noqa: E402
+from gpu_clocks import sampled, torch_device_reader  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 HEAD_DIMS = (64, 128, 256)
@@ -172,6 +175,7 @@ def bench(args):
     out.mkdir(parents=True, exist_ok=True)
     stem = f"attention-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}"
     result = out / f"{stem}.json"
+    read_clocks = torch_device_reader()
     for d in HEAD_DIMS:
         for seqlen in seqlens:
             for causal in (False, True):
@@ -193,7 +197,9 @@ def bench(args):
                 theirs = runners[("sdpa-cudnn", "bf16")]().transpose(1, 2).float()
                 err = ((ours - theirs).norm() / theirs.norm()).item()
                 err8 = ((runners[("fa3fp8", "fp8")]().float() - theirs).norm() / theirs.norm()).item()
-                times = {key: timed(fn) for key, fn in runners.items()}
+                times, clocks = {}, {}
+                for key, fn in runners.items():
+                    times[key], clocks[key] = sampled(lambda: timed(fn), read_clocks)
                 quant_ms = timed(lambda: fa3fp8.quantize_qkv(q, k, v))
                 host = {key: host_ms(runners[key]) for key in [("fa3fp8", "bf16"), ("fa3fp8", "fp8+quant")]}
                 quant_host = host_ms(lambda: fa3fp8.quantize_qkv(q, k, v))
@@ -202,13 +208,16 @@ def bench(args):
                     tflops = flops(batch, heads, seqlen, d, causal) / ms / 1e9
                     row = dict(impl=impl, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1),
                                ms=round(ms, 4))
+                    if clocks[(impl, dtype)] is not None:  # the card's SM clock and power while it was timed
+                        row.update(sm_mhz=clocks[(impl, dtype)]["sm_mhz"], power_w=clocks[(impl, dtype)]["power_w"])
                     if (impl, dtype) in host:  # host enqueue time: above `ms`, the host is the bottleneck
                         row["host_ms"] = round(host[(impl, dtype)], 4)
                     if dtype == "fp8+quant":
                         row.update(quant_ms=round(quant_ms, 4), quant_host_ms=round(quant_host, 4))
                     rows.append(row)
                     table.append(f"{impl:11s} {dtype:9s} d{d:<4d} S{seqlen:<6d} {'causal' if causal else 'full  '} "
-                                 f"{tflops:7.1f} TFLOPS  {tflops / cudnn_tflops:5.2f}x cuDNN")
+                                 f"{tflops:7.1f} TFLOPS  {tflops / cudnn_tflops:5.2f}x cuDNN"
+                                 + (f"  {row['sm_mhz']} MHz {row['power_w']:.0f} W" if "sm_mhz" in row else ""))
                 table.append(f"{'':11s} check     d{d:<4d} S{seqlen:<6d} "
                              f"rel err vs cuDNN bf16 {err:.2e}, fp8 {err8:.2e}; "
                              f"quantize_qkv {quant_ms:.3f} ms (host {quant_host:.3f}); "

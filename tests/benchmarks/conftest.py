@@ -79,3 +79,9 @@ def moves():
 def accuracy():
     """benchmarks/fp8_accuracy.py"""
     return _load("fp8_accuracy")
+
+
+@pytest.fixture(scope="module")
+def clocks():
+    """benchmarks/gpu_clocks.py"""
+    return _load("gpu_clocks")
