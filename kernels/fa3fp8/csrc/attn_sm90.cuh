@@ -857,6 +857,16 @@ __device__ __forceinline__ int next_work(int w) {
 // consumers finish the last P·V and the epilogue of the current one.
 // WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile
 // (WINDOW_PERSISTENT: persistent CTAs).
+// An experiment's switch (-DFA3FP8_PAIRS_EARLY_Q=1, off; built in session 53): pairs of CTAs release Q after their
+// last Q·Kᵀ, as single CTAs do, so that the producer loads the next work tile's Q and first K/V tiles under the last
+// softmax, P·V and epilogue. Session 11 timed it on the kernels of then (BF16 d128 pairs -1.5-2% at S8K / 16K); pairs
+// now run short attention without a mask (at most 4K keys), where a work tile's boundary weighs most.
+#ifndef FA3FP8_PAIRS_EARLY_Q
+#define FA3FP8_PAIRS_EARLY_Q 0
+#endif
+template <int CLUSTER>
+constexpr bool EARLY_Q = CLUSTER == 1 || FA3FP8_PAIRS_EARLY_Q;  // Q released after the last Q·Kᵀ (else after P·V)
+
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
           bool FOLD, bool WINDOW = false>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
@@ -1033,10 +1043,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
     // Q's last reader is this work tile's last Q·Kᵀ: once that is done, the producer may load the next work tile's Q
     // and first K/V tiles under the last softmax, P·V and epilogue. H200, session 11, against releasing Q after the
-    // epilogue: +1-2% for the folds at S4K, BF16 d256 +0.1-1.7%, the rest level; pairs of CTAs release it after the
-    // epilogue still (BF16 d128 paired lost 1.5-2% at S8K and S16K in two runs, not understood)
+    // epilogue: +1-2% for the folds at S4K, BF16 d256 +0.1-1.7%, the rest level; pairs of CTAs release it after their
+    // last P·V (BF16 d128 paired lost 1.5-2% at S8K and S16K in two runs with it, not understood; EARLY_Q)
     auto release_q_after = [&](int j) {
-      if (CLUSTER == 1 && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
+      if (EARLY_Q<CLUSTER> && j == n_tiles - 1 && lane == 0) mbar_arrive(&sm.q_empty);
     };
     // key tile j passed on unread: released once it has landed, so that the ring's arrivals keep their phases
     auto pass_tile = [&](int j) {
@@ -1053,7 +1063,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       // the 16-bit loops (BF16 d256 causal folds -5.6% at S4K, H100, session 37)
       mbar_wait(&sm.q_full, items & 1);
       for (int j = 0; j < n_tiles; ++j) pass_tile(j);
-      if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
+      if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
       if (o_via_v()) consumers_sync<CONSUMERS>();  // as the warpgroups with rows do before they write O there
       free_o();
       tiles += n_tiles;
@@ -1231,7 +1241,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
     }
     for (int j = n_mine; j < n_tiles; ++j) pass_tile(j);  // past this warpgroup's rows: the others read them
-    if ((CLUSTER == 2 || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
+    if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
     // slot of the split workspace instead (merge_segments writes the output).
