@@ -208,8 +208,9 @@ def bench(args):
                     tflops = flops(batch, heads, seqlen, d, causal) / ms / 1e9
                     row = dict(impl=impl, dtype=dtype, d=d, S=seqlen, causal=causal, tflops=round(tflops, 1),
                                ms=round(ms, 4))
-                    if clocks[(impl, dtype)] is not None:  # the card's SM clock and power while it was timed
-                        row.update(sm_mhz=clocks[(impl, dtype)]["sm_mhz"], power_w=clocks[(impl, dtype)]["power_w"])
+                    readings = clocks[(impl, dtype)]
+                    if readings is not None:  # the card's SM clock and power while it was timed
+                        row.update(sm_mhz=readings["sm_mhz"], power_w=readings["power_w"])
                     if (impl, dtype) in host:  # host enqueue time: above `ms`, the host is the bottleneck
                         row["host_ms"] = round(host[(impl, dtype)], 4)
                     if dtype == "fp8+quant":

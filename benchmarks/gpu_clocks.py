@@ -14,9 +14,9 @@ import threading
 NVML_CLOCK_SM = 1
 
 
-def nvml_reader(pci_bus_id=None):
+def nvml_reader(pci_bus_id):
     """A function returning (SM clock in MHz, board power in W) of the GPU at `pci_bus_id` (NVML's form,
-    "00000000:1B:00.0"; the first GPU when None), or None where NVML cannot be loaded or does not know it."""
+    "00000000:1B:00.0"), or None where NVML cannot be loaded or does not know it."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -24,11 +24,7 @@ def nvml_reader(pci_bus_id=None):
     handle = ctypes.c_void_p()
     if nvml.nvmlInit_v2() != 0:
         return None
-    if pci_bus_id is None:
-        found = nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle))
-    else:
-        found = nvml.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle))
-    if found != 0:
+    if nvml.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle)) != 0:
         return None
     mhz, milliwatts = ctypes.c_uint(), ctypes.c_uint()
 
@@ -46,7 +42,7 @@ def torch_device_reader(device=None):
     """nvml_reader for a torch CUDA device (the current one when None), found by its PCI address."""
     import torch
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
+    props = torch.cuda.get_device_properties(device)
     bus_id = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     return nvml_reader(bus_id)
 
