@@ -848,15 +848,6 @@ __device__ __forceinline__ int next_work(int w) {
   return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
-// BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
-// CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
-// loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
-// again when the consumers of both CTAs have released it.
-// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
-// and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
-// consumers finish the last P·V and the epilogue of the current one.
-// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile
-// (WINDOW_PERSISTENT: persistent CTAs).
 // An experiment's switch (-DFA3FP8_PAIRS_EARLY_Q=1, off; built in session 53): pairs of CTAs release Q after their
 // last Q·Kᵀ, as single CTAs do, so that the producer loads the next work tile's Q and first K/V tiles under the last
 // softmax, P·V and epilogue. Session 11 timed it on the kernels of then (BF16 d128 pairs -1.5-2% at S8K / 16K); pairs
@@ -867,6 +858,15 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1 || FA3FP8_PAIRS_EARLY_Q;  // Q released after the last Q·Kᵀ (else after P·V)
 
+// BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
+// CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
+// loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
+// again when the consumers of both CTAs have released it.
+// Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
+// and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
+// consumers finish the last P·V and the epilogue of the current one.
+// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile
+// (WINDOW_PERSISTENT: persistent CTAs).
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
           bool FOLD, bool WINDOW = false>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
