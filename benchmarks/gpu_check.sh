@@ -16,11 +16,13 @@ if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (the cudnn fronten
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-# the CUDA kernel library scripts/gpu_carry.sh built where nvcc is, when it loads here (else it is built here)
-if compgen -G ".whl/fa3fp8/*.so" >/dev/null \
-    && FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8" \
+# the CUDA kernel libraries scripts/gpu_carry.sh built where nvcc is and packed: the default one is used when it
+# loads here (else it is built here), switches' builds for `ab` are in .lib/ab
+[[ -f .whl/libs.tar.xz ]] && mkdir -p .lib && tar xJf .whl/libs.tar.xz -C .lib
+if compgen -G ".lib/fa3fp8/*.so" >/dev/null \
+    && FA3FP8_CACHE_DIR="$PWD/.lib/fa3fp8" \
         python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.load()._name)'; then
-    export FA3FP8_CACHE_DIR="$PWD/.whl/fa3fp8"
+    export FA3FP8_CACHE_DIR="$PWD/.lib/fa3fp8"
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
@@ -63,13 +65,13 @@ if [[ "$steps" == *" e2e "* ]]; then  # the 8B-shaped prefill rows, decode rows 
 fi
 if [[ "$steps" == *" ab "* ]]; then
     # a build switch against the default library: AB_FLAGS (FA3FP8_NVCC_FLAGS of the build to try, e.g. a -D switch
-    # in csrc), built in .whl/ab unless carried there; its CUDA kernels' GPU tests, then kernel_ab.py (AB_ARGS: more
+    # in csrc), built in .lib/ab unless carried there; its CUDA kernels' GPU tests, then kernel_ab.py (AB_ARGS: more
     # of its options) with the default library as "old" (or AB_OLD, another build's library), timed even where a test
     # failed (a switch that changes the rounding may miss a tolerance by a little: both facts decide it)
     (
         old=${AB_OLD:-$(python3 -c 'from fa3fp8 import cuda_build; print(cuda_build.library_path())')} || exit 1
         export FA3FP8_NVCC_FLAGS="${AB_FLAGS:?set AB_FLAGS to the nvcc options of the build to try}"
-        export FA3FP8_CACHE_DIR="$PWD/.whl/ab"
+        export FA3FP8_CACHE_DIR="$PWD/.lib/ab"
         tests=0
         cuda_tests "$OUT/ab-tests.log" || tests=1
         python3 benchmarks/kernel_ab.py "$old" ${AB_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/ab.log" | tail -30 \

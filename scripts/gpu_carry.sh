@@ -1,34 +1,47 @@
 #!/usr/bin/env bash
 # What a GPU machine without internet needs beyond its own image (Python 3.12, torch, triton, transformers), made
-# here for the machine's calls to carry: .whl/ holds the cuDNN frontend (the cuDNN FP8 peer of
+# here for the machine's calls to carry (`.whl` and `.tools`): .whl/ holds the cuDNN frontend (the cuDNN FP8 peer of
 # benchmarks/attention.py) and the service's pure-Python dependencies that benchmarks/e2e.py's summarize job imports;
 # .tools/minilm is the bundled MiniLM encoder in fp16 (about 45 MB, under a call's 64 MiB with the wheels) with its
 # tokenizer: e2e.py's --tokenizer and the encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`).
-# Where nvcc is, .whl/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
+# Where nvcc is, .lib/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
 # building it on the GPU machine (~40 s of each fresh machine's time); `--lib` rebuilds only that library, after a
-# change to kernels/fa3fp8/csrc, and `--ab FLAGS` builds the library of a build switch (nvcc options FLAGS) into
-# .whl/ab, where `AB_FLAGS=FLAGS bash benchmarks/gpu_check.sh ab` looks for it, and lists the functions whose SASS
-# differs from the default library's in .whl/fa3fp8 (benchmarks/sass_diff.py). Needs the dev environment
-# (`bash scripts/setup.sh --dev`) and, but for --lib and --ab, the package index.
+# change to kernels/fa3fp8/csrc, and `--ab FLAGS [FLAGS ...]` builds the library of each build switch (nvcc options
+# FLAGS) into .lib/ab, where `AB_FLAGS=FLAGS bash benchmarks/gpu_check.sh ab` looks for it, and lists the functions
+# whose SASS differs from the default library's (benchmarks/sass_diff.py). The libraries travel packed in
+# .whl/libs.tar.xz (about 3 MB each against 12 unpacked), which gpu_check.sh unpacks into .lib. Needs the dev
+# environment (`bash scripts/setup.sh --dev`) and, but for --lib and --ab, the package index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
-build_library() {
-    rm -rf .whl/fa3fp8
-    PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build .whl/fa3fp8
+build_library() {  # build_library FOLDER [NVCC_FLAGS]
+    FA3FP8_NVCC_FLAGS="${2:-}" PYTHONPATH=kernels "$python" -m fa3fp8.cuda_build "$1"
+}
+pack_libraries() {
+    mkdir -p .whl
+    rm -f .whl/libs.tar.xz
+    (cd .lib && tar cJf ../.whl/libs.tar.xz ./*)
+    du -sh .whl/libs.tar.xz
 }
 if [[ "${1:-}" == "--lib" ]]; then
-    build_library
+    rm -rf .lib/fa3fp8
+    build_library .lib/fa3fp8
+    pack_libraries
     exit
 fi
 if [[ "${1:-}" == "--ab" ]]; then
-    rm -rf .whl/ab
-    FA3FP8_NVCC_FLAGS="${2:?--ab takes the nvcc options of the build to try}" PYTHONPATH=kernels \
-        "$python" -m fa3fp8.cuda_build .whl/ab
-    # the functions whose machine code the switch changes, against the default library built here before
-    if compgen -G ".whl/fa3fp8/*.so" >/dev/null; then
-        "$python" benchmarks/sass_diff.py .whl/fa3fp8/*.so .whl/ab/*.so
-    fi
+    shift
+    (($#)) || { echo "--ab takes the nvcc options of each build to try" >&2; exit 2; }
+    rm -rf .lib/ab
+    for flags in "$@"; do
+        library=$(build_library .lib/ab "$flags" | tail -1)
+        # the functions whose machine code the switch changes, against the default library built here before
+        if compgen -G ".lib/fa3fp8/*.so" >/dev/null; then
+            echo "$flags:"
+            "$python" benchmarks/sass_diff.py .lib/fa3fp8/*.so "$library"
+        fi
+    done
+    pack_libraries
     exit
 fi
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
@@ -37,7 +50,7 @@ mkdir -p .whl
     nvidia-cudnn-frontend==1.32.0 pydantic==2.14.4 pydantic_core==2.50.5 pydantic-settings==2.16.3 \
     python-dotenv==1.2.4 structlog==26.1.0 annotated-types==0.8.0 typing_extensions==4.16.0 \
     typing-inspection==0.4.5 beautifulsoup4==4.15.0 soupsieve==4.1.3 charset-normalizer==3.5.3
-"$python" - <<'EOF'
+"$python" - <<'PY'
 import shutil
 from pathlib import Path
 
@@ -52,9 +65,11 @@ weights = load_file(source / "model.safetensors")
 save_file({name: t.half() if t.is_floating_point() else t for name, t in weights.items()},
           target / "model.safetensors")
 print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
-EOF
+PY
 if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'
 then
-    build_library
+    rm -rf .lib/fa3fp8
+    build_library .lib/fa3fp8
+    pack_libraries
 fi
 du -sh .whl .tools/minilm
