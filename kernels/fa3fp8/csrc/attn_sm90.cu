@@ -129,6 +129,20 @@ static void fill_launch(Launch& l, int batch, int max_seqlen_q, int max_seqlen_k
   l.stream = static_cast<cudaStream_t>(stream);
 }
 
+// Row block m of fa3fp8_window_tiles' sequence in blocks of BLOCK_M rows on BLOCK_N-key tiles: its tile_at WINDOW view
+// and its warpgroups' window edges
+template <int BLOCK_M, int BLOCK_N>
+void window_block(const Params& p, int m, int* key0, int* n_tiles, int* n_full, int* first, int* lo) {
+  WorkTile t;
+  const bool rows = tile_at<BLOCK_M, BLOCK_N, true, 1, false, true>(p, p.m_blocks - 1 - m, t);  // counted from the last
+  key0[m] = rows ? t.key0 : 0, n_tiles[m] = rows ? t.n_tiles : -1, n_full[m] = rows ? t.n_full : 0;
+  for (int c = 0; c < BLOCK_M / WG_ROWS; ++c) {
+    const int i = m * (BLOCK_M / WG_ROWS) + c;
+    first[i] = lo[i] = 0;
+    if (rows) window_edge<BLOCK_N>(t, t.m0 + c * WG_ROWS, WG_ROWS, p.window_left, first[i], lo[i]);
+  }
+}
+
 extern "C" {
 
 // FP8 forward on a quantize_qkv bundle. Returns 0 on success, -1 when a tensor map could not be made, -2 for an
@@ -342,29 +356,14 @@ int fa3fp8_window_tiles(int block_m, int block_n, int seqlen_q, int seqlen_k, in
   const int cu_q[2] = {0, seqlen_q}, cu_k[2] = {0, seqlen_k};
   Params p{};
   p.cu_q = cu_q, p.cu_k = cu_k, p.heads = 1, p.kv_heads = 1, p.m_blocks = m_blocks, p.window_left = window_left;
-  const int warpgroups = block_m / WG_ROWS;
-  for (int m = 0; m < m_blocks; ++m) {
-    WorkTile t;
-    const int w = m_blocks - 1 - m;  // causal work tiles count row blocks from the last
-    bool rows;
-    if (block_m == 3 * WG_ROWS && block_n == 128)
-      rows = tile_at<3 * WG_ROWS, 128, true, 1, false, true>(p, w, t);
-    else if (block_m == 2 * WG_ROWS && block_n == 128)
-      rows = tile_at<2 * WG_ROWS, 128, true, 1, false, true>(p, w, t);
-    else if (block_m == 2 * WG_ROWS && block_n == BLOCK_N_16BIT_D256)
-      rows = tile_at<2 * WG_ROWS, BLOCK_N_16BIT_D256, true, 1, false, true>(p, w, t);
-    else
-      return static_cast<int>(UNSUPPORTED);
-    key0[m] = rows ? t.key0 : 0, n_tiles[m] = rows ? t.n_tiles : -1, n_full[m] = rows ? t.n_full : 0;
-    for (int c = 0; c < warpgroups; ++c) {
-      const int i = m * warpgroups + c, r0 = t.m0 + c * WG_ROWS;
-      first[i] = lo[i] = 0;
-      if (rows && block_n == BLOCK_N_16BIT_D256)
-        window_edge<BLOCK_N_16BIT_D256>(t, r0, WG_ROWS, window_left, first[i], lo[i]);
-      else if (rows)
-        window_edge<128>(t, r0, WG_ROWS, window_left, first[i], lo[i]);
-    }
-  }
+  using Block = void (*)(const Params&, int, int*, int*, int*, int*, int*);
+  constexpr int N80 = BLOCK_N_16BIT_D256;
+  Block block = block_m == 3 * WG_ROWS && block_n == 128   ? window_block<3 * WG_ROWS, 128>
+                : block_m == 2 * WG_ROWS && block_n == 128 ? window_block<2 * WG_ROWS, 128>
+                : block_m == 2 * WG_ROWS && block_n == N80 ? window_block<2 * WG_ROWS, N80>
+                                                           : nullptr;
+  if (block == nullptr) return static_cast<int>(UNSUPPORTED);
+  for (int m = 0; m < m_blocks; ++m) block(p, m, key0, n_tiles, n_full, first, lo);
   return 0;
 }
 
