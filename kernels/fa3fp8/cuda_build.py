@@ -62,7 +62,9 @@ def build_flags() -> tuple[str, ...]:
 
 def library_name(folder: Path | None = None, units: dict[str, tuple[str, ...]] | None = None) -> str:
     """File name of the built library: its first unit's stem and a hash of every source in `folder` (*.cu, *.cuh),
-    build_flags() and the units' own options (None: CSRC, UNITS)."""
+    build_flags() and the units' own options (None: CSRC, UNITS). The compiler is not in it, so that a library built
+    ahead of time is found on a machine without nvcc or with another one: after changing compilers, empty the cache
+    directory (the pinned toolchain's version changes only with pyproject's `cuda-build` extra)."""
     folder, units = folder or CSRC, units or UNITS
     digest = hashlib.sha256(" ".join(build_flags()).encode())
     for source in sorted([*folder.glob("*.cu"), *folder.glob("*.cuh")]):
