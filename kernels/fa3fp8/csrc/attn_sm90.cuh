@@ -184,6 +184,12 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
+// the [rows x 128 B] box at (col, row) of `map` read from global memory into L2, nothing written to shared memory
+__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int col, int row) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(col), "r"(row)
+               : "memory");
+}
+
 // the same copy into the same offset of every CTA in `cta_mask` (of the cluster); each CTA's barrier at `bar`'s offset
 // counts the bytes that land in it
 __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
@@ -858,6 +864,15 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1 || FA3FP8_PAIRS_EARLY_Q;  // Q released after the last Q·Kᵀ (else after P·V)
 
+// An experiment's switch (-DFA3FP8_PREFETCH_Q=1, off; built in session 54): once the producer has issued a work
+// tile's Q, it has the next work tile's Q rows read into L2 (a TMA prefetch), so that their copy into shared memory,
+// which waits for the consumers to release Q, reads L2 rather than DRAM: Q is the one operand no other CTA has read
+// before (each row block's Q is read once), and at S4K its load comes every 52 key tiles (BF16 d256).
+#ifndef FA3FP8_PREFETCH_Q
+#define FA3FP8_PREFETCH_Q 0
+#endif
+constexpr bool PREFETCH_Q = FA3FP8_PREFETCH_Q;
+
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -945,6 +960,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
         tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
+      if constexpr (PREFETCH_Q) {
+        WorkTile n;
+        const int next = next_work<FOLD>(w);
+        if (next < work_end<SPLIT>(p, split) &&
+            work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, next, n))
+          for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
+            tma_prefetch_l2(&map_q, n.h * ROW_BYTES + pn * QK_ROW, n.q_start + n.m0);
+      }
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
