@@ -854,20 +854,16 @@ __device__ __forceinline__ int next_work(int w) {
   return !FOLD ? w + gridDim.x : w % 2 == 0 ? w + 1 : w - 1 + 2 * gridDim.x;
 }
 
-// An experiment's switch (-DFA3FP8_PAIRS_EARLY_Q=1, off; built in session 53): pairs of CTAs release Q after their
-// last Q·Kᵀ, as single CTAs do, so that the producer loads the next work tile's Q and first K/V tiles under the last
-// softmax, P·V and epilogue. Session 11 timed it on the kernels of then (BF16 d128 pairs -1.5-2% at S8K / 16K); pairs
-// now run short attention without a mask (at most 4K keys), where a work tile's boundary weighs most.
-#ifndef FA3FP8_PAIRS_EARLY_Q
-#define FA3FP8_PAIRS_EARLY_Q 0
-#endif
+// Pairs of CTAs release Q after their last P·V, single CTAs after their last Q·Kᵀ: pairs releasing it early lost 0-2.6%
+// (H200, session 25; H100, session 54: BF16 d128 0.974-0.990x, FP8 d256 0.983-0.990x)
 template <int CLUSTER>
-constexpr bool EARLY_Q = CLUSTER == 1 || FA3FP8_PAIRS_EARLY_Q;  // Q released after the last Q·Kᵀ (else after P·V)
+constexpr bool EARLY_Q = CLUSTER == 1;
 
-// An experiment's switch (-DFA3FP8_PREFETCH_Q=1, off; built in session 54): once the producer has issued a work
-// tile's Q, it has the next work tile's Q rows read into L2 (a TMA prefetch), so that their copy into shared memory,
-// which waits for the consumers to release Q, reads L2 rather than DRAM: Q is the one operand no other CTA has read
-// before (each row block's Q is read once), and at S4K its load comes every 52 key tiles (BF16 d256).
+// An experiment's switch (-DFA3FP8_PREFETCH_Q=1, off; session 54): before the producer waits for the consumers to
+// release Q, it has the work tile's Q rows read into L2 (a TMA prefetch), so that their copy into shared memory reads
+// L2 rather than DRAM: Q is the one operand no CTA has read before (each row block's Q is read once). A first form
+// prefetched the next work tile's Q after this one's, and its lookups delayed the first K/V copies: BF16 d128 full
+// 0.90x, d256 0.96x (H100, session 54).
 #ifndef FA3FP8_PREFETCH_Q
 #define FA3FP8_PREFETCH_Q 0
 #endif
@@ -956,18 +952,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
+      if constexpr (PREFETCH_Q) {
+        if (items > 0)
+          for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
+            tma_prefetch_l2(&map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0);
+      }
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
         tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
-      if constexpr (PREFETCH_Q) {
-        WorkTile n;
-        const int next = next_work<FOLD>(w);
-        if (next < work_end<SPLIT>(p, split) &&
-            work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, next, n))
-          for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
-            tma_prefetch_l2(&map_q, n.h * ROW_BYTES + pn * QK_ROW, n.q_start + n.m0);
-      }
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
