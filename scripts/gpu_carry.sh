@@ -23,10 +23,13 @@ pack_libraries() {
     (cd .lib && tar cJf ../.whl/libs.tar.xz ./*)
     du -sh .whl/libs.tar.xz
 }
-if [[ "${1:-}" == "--lib" ]]; then
+rebuild_default_library() {
     rm -rf .lib/fa3fp8
     build_library .lib/fa3fp8
     pack_libraries
+}
+if [[ "${1:-}" == "--lib" ]]; then
+    rebuild_default_library
     exit
 fi
 if [[ "${1:-}" == "--ab" ]]; then
@@ -50,7 +53,7 @@ mkdir -p .whl
     nvidia-cudnn-frontend==1.32.0 pydantic==2.14.4 pydantic_core==2.50.5 pydantic-settings==2.16.3 \
     python-dotenv==1.2.4 structlog==26.1.0 annotated-types==0.8.0 typing_extensions==4.16.0 \
     typing-inspection==0.4.5 beautifulsoup4==4.15.0 soupsieve==4.1.3 charset-normalizer==3.5.3
-"$python" - <<'PY'
+"$python" - <<'EOF'
 import shutil
 from pathlib import Path
 
@@ -65,11 +68,9 @@ weights = load_file(source / "model.safetensors")
 save_file({name: t.half() if t.is_floating_point() else t for name, t in weights.items()},
           target / "model.safetensors")
 print(f"{target}: {sum(f.stat().st_size for f in target.iterdir()) / 1e6:.1f} MB")
-PY
+EOF
 if PYTHONPATH=kernels "$python" -c 'import sys; from fa3fp8 import cuda_build; sys.exit(cuda_build.nvcc() is None)'
 then
-    rm -rf .lib/fa3fp8
-    build_library .lib/fa3fp8
-    pack_libraries
+    rebuild_default_library
 fi
 du -sh .whl .tools/minilm
