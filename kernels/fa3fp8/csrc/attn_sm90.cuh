@@ -378,18 +378,19 @@ FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
 FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
-// O (64 x N, fp32) += P (64 x K, registers) · V (K x N, shared), N = O_COLS<D>. TAIL: the 16-bit forms read V
-// MN-major (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
+// O (64 x N, fp32) += P (64 x K, registers) · V (K x N, shared), N = O_COLS<D>; with `accumulate` false, O = P · V
+// (the wgmma's scale-d: O's registers are not read). TAIL: the 16-bit forms read V MN-major (transpose flag 1); FP8
+// reads it K-major (the bundle stores V transposed).
 template <class E, int N>
 struct WgmmaPV;
 #define FA_WGMMA_PV(E, N, INSTR, TAIL, ACC, REGS, IA, IB, IP)                                                 \
   template <>                                                                                                \
   struct WgmmaPV<E, N> {                                                                                     \
-    __device__ __forceinline__ static void add(float (&d)[N / 2], const uint32_t* a, uint64_t b) {           \
+    __device__ __forceinline__ static void mma(float (&d)[N / 2], const uint32_t* a, uint64_t b, bool accumulate) { \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", " IA ", %" IB ", p, 1, 1" TAIL \
                    ";\n}\n"                                                                                  \
                    : REGS(FA_RW, d)                                                                          \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                            \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<uint32_t>(accumulate))); \
     }                                                                                                        \
   };
 #define FA_WGMMA_PV_16BIT(N, ACC, REGS, IA, IB, IP)                                                          \
@@ -602,13 +603,14 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
   }
 }
 
-// O (64 x D as D / O_COLS accumulators of 64 x O_COLS) += P (64 x N keys) · V tile. FP8: the tile is V transposed,
+// O (64 x D as D / O_COLS accumulators of 64 x O_COLS) += P (64 x N keys) · V tile, or with `fresh` O = P · V (each
+// accumulator's first k-step overwrites it: a work tile's first P·V, FRESH_O). FP8: the tile is V transposed,
 // one panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile
 // is V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns
 // of D are one panel further. FRESH: as desc_at.
 template <class E, int D, int N, bool FRESH, int PREGS>
 __device__ __forceinline__ void issue_pv(float (&o)[D / O_COLS<D>][O_COLS<D> / 2], const uint32_t (&a)[PREGS],
-                                         const uint8_t* v_tile) {
+                                         const uint8_t* v_tile, bool fresh) {
   constexpr uint32_t LEADING = E::FP8 ? 16 : N * PANEL;
   constexpr int PANELS = O_COLS<D> * E::BYTES / PANEL;  // 16-bit: panels of V per accumulator
   const uint64_t v0 = smem_desc(v_tile, LEADING);
@@ -621,7 +623,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / O_COLS<D>][O_COLS<D> / 2
         desc = desc_at<FRESH>(v_tile, v0, (kk / 4) * D * PANEL + nb * O_COLS<D> * PANEL + (kk % 4) * 32);
       else
         desc = desc_at<FRESH>(v_tile, v0, nb * PANELS * N * PANEL + kk * 16 * PANEL, LEADING);
-      WgmmaPV<E, O_COLS<D>>::add(o[nb], &a[kk * 4], desc);
+      WgmmaPV<E, O_COLS<D>>::mma(o[nb], &a[kk * 4], desc, kk > 0 || !fresh);
     }
   }
 }
@@ -869,6 +871,14 @@ constexpr bool EARLY_Q = CLUSTER == 1;
 #endif
 constexpr bool PREFETCH_Q = FA3FP8_PREFETCH_Q;
 
+// An experiment's switch (-DFA3FP8_FRESH_O=1, off; session 55): a work tile's first P·V overwrites O (the wgmma's
+// scale-d, as the first Q·Kᵀ overwrites S), so O is neither zeroed nor rescaled by the first tile's max. Without it
+// ptxas copies the first tile's 0 · alpha into every O register: 128 moves a work tile at d256, outside the loop.
+#ifndef FA3FP8_FRESH_O
+#define FA3FP8_FRESH_O 0
+#endif
+constexpr bool FRESH_O = FA3FP8_FRESH_O;
+
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -1099,10 +1109,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
 
     float o[D / O_COLS<D>][O_COLS<D> / 2];
+    auto zero_o = [&]() {
 #pragma unroll
-    for (int nb = 0; nb < D / O_COLS<D>; ++nb)
+      for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-      for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] = 0.f;
+        for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] = 0.f;
+    };
+    if constexpr (!FRESH_O) zero_o();
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
     float s_acc[S_REGS];
     uint32_t pa[P_REGS];
@@ -1167,6 +1180,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         scale_o<D>(o, alpha);
       }
     };
+    // the first tile's: with FRESH_O, O is yet to be written (its first P·V overwrites it) and only l, 0 before, takes
+    // the tile's row sums
+    auto rescale_first = [&]() {
+      if constexpr (!FRESH_O) {
+        rescale();
+      } else if constexpr (LATE) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) st.l[i] = tile_sum[i];
+      }
+    };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
       fence_regs(pa);
@@ -1201,7 +1224,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
-      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
+      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)], FRESH_O && j == n_first);
       wgmma_commit();
       if constexpr (EARLY_TOTALS) row_totals();  // the overlapped loop's last P·V: every row sum is final
       wgmma_wait<0>();
@@ -1219,7 +1242,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         scales(n_first, ks, vs);
         qk_alone(n_first);
         softmax_tile(n_first, ks, vs);
-        rescale();
+        rescale_first();
         pack_p<E>(s_acc, pa);
       }
       for (int j = n_first + 1; j < n_mine; ++j) {
@@ -1231,7 +1254,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
+        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)], FRESH_O && j - 1 == n_first);
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
@@ -1257,6 +1280,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
     }
     for (int j = n_mine; j < n_tiles; ++j) pass_tile(j);  // past this warpgroup's rows: the others read them
+    if constexpr (FRESH_O)
+      if (n_mine == n_first) zero_o();  // no P·V wrote O: its rows are fully masked, and give zeros
     if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
