@@ -184,12 +184,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
-// the [rows x 128 B] box at (col, row) of `map` read from global memory into L2, nothing written to shared memory
-__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int col, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(col), "r"(row)
-               : "memory");
-}
-
 // the same copy into the same offset of every CTA in `cta_mask` (of the cluster); each CTA's barrier at `bar`'s offset
 // counts the bytes that land in it
 __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
@@ -378,19 +372,18 @@ FA_WGMMA_QK_16BIT(80, FA_ACC40, FA_R40, "40", "41", "42")
 FA_WGMMA_QK_16BIT(128, FA_ACC64, FA_R64, "64", "65", "66")
 FA_WGMMA_QK_16BIT(176, FA_ACC88, FA_R88, "88", "89", "90")
 
-// O (64 x N, fp32) += P (64 x K, registers) · V (K x N, shared), N = O_COLS<D>; with `accumulate` false, O = P · V
-// (the wgmma's scale-d: O's registers are not read). TAIL: the 16-bit forms read V MN-major (transpose flag 1); FP8
-// reads it K-major (the bundle stores V transposed).
+// O (64 x N, fp32) += P (64 x K, registers) · V (K x N, shared), N = O_COLS<D>. TAIL: the 16-bit forms read V
+// MN-major (transpose flag 1); FP8 reads it K-major (the bundle stores V transposed).
 template <class E, int N>
 struct WgmmaPV;
 #define FA_WGMMA_PV(E, N, INSTR, TAIL, ACC, REGS, IA, IB, IP)                                                 \
   template <>                                                                                                \
   struct WgmmaPV<E, N> {                                                                                     \
-    __device__ __forceinline__ static void mma(float (&d)[N / 2], const uint32_t* a, uint64_t b, bool accumulate) { \
+    __device__ __forceinline__ static void add(float (&d)[N / 2], const uint32_t* a, uint64_t b) {           \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " " ACC ", " IA ", %" IB ", p, 1, 1" TAIL \
                    ";\n}\n"                                                                                  \
                    : REGS(FA_RW, d)                                                                          \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<uint32_t>(accumulate))); \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                            \
     }                                                                                                        \
   };
 #define FA_WGMMA_PV_16BIT(N, ACC, REGS, IA, IB, IP)                                                          \
@@ -603,14 +596,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[N / 2], const uint8_t* q_wg,
   }
 }
 
-// O (64 x D as D / O_COLS accumulators of 64 x O_COLS) += P (64 x N keys) · V tile, or with `fresh` O = P · V (each
-// accumulator's first k-step overwrites it: a work tile's first P·V, FRESH_O). FP8: the tile is V transposed,
+// O (64 x D as D / O_COLS accumulators of 64 x O_COLS) += P (64 x N keys) · V tile. FP8: the tile is V transposed,
 // one panel (D rows x 128 keys) per 128 keys; k-steps of 32 keys are 32 bytes apart inside a panel. 16-bit: the tile
 // is V as stored (N keys x D, D/64 panels); k-steps of 16 keys are 16 rows (2048 B) apart, and the next 64 columns
 // of D are one panel further. FRESH: as desc_at.
 template <class E, int D, int N, bool FRESH, int PREGS>
 __device__ __forceinline__ void issue_pv(float (&o)[D / O_COLS<D>][O_COLS<D> / 2], const uint32_t (&a)[PREGS],
-                                         const uint8_t* v_tile, bool fresh) {
+                                         const uint8_t* v_tile) {
   constexpr uint32_t LEADING = E::FP8 ? 16 : N * PANEL;
   constexpr int PANELS = O_COLS<D> * E::BYTES / PANEL;  // 16-bit: panels of V per accumulator
   const uint64_t v0 = smem_desc(v_tile, LEADING);
@@ -623,7 +615,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / O_COLS<D>][O_COLS<D> / 2
         desc = desc_at<FRESH>(v_tile, v0, (kk / 4) * D * PANEL + nb * O_COLS<D> * PANEL + (kk % 4) * 32);
       else
         desc = desc_at<FRESH>(v_tile, v0, nb * PANELS * N * PANEL + kk * 16 * PANEL, LEADING);
-      WgmmaPV<E, O_COLS<D>>::mma(o[nb], &a[kk * 4], desc, kk > 0 || !fresh);
+      WgmmaPV<E, O_COLS<D>>::add(o[nb], &a[kk * 4], desc);
     }
   }
 }
@@ -861,24 +853,6 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1;
 
-// An experiment's switch (-DFA3FP8_PREFETCH_Q=1, off; session 54): before the producer waits for the consumers to
-// release Q, it has the work tile's Q rows read into L2 (a TMA prefetch), so that their copy into shared memory reads
-// L2 rather than DRAM: Q is the one operand no CTA has read before (each row block's Q is read once). A first form
-// prefetched the next work tile's Q after this one's, and its lookups delayed the first K/V copies: BF16 d128 full
-// 0.90x, d256 0.96x (H100, session 54).
-#ifndef FA3FP8_PREFETCH_Q
-#define FA3FP8_PREFETCH_Q 0
-#endif
-constexpr bool PREFETCH_Q = FA3FP8_PREFETCH_Q;
-
-// An experiment's switch (-DFA3FP8_FRESH_O=1, off; session 55): a work tile's first P·V overwrites O (the wgmma's
-// scale-d, as the first Q·Kᵀ overwrites S), so O is neither zeroed nor rescaled by the first tile's max. Without it
-// ptxas copies the first tile's 0 · alpha into every O register: 128 moves a work tile at d256, outside the loop.
-#ifndef FA3FP8_FRESH_O
-#define FA3FP8_FRESH_O 0
-#endif
-constexpr bool FRESH_O = FA3FP8_FRESH_O;
-
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -962,11 +936,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
-      if constexpr (PREFETCH_Q) {
-        if (items > 0)
-          for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
-            tma_prefetch_l2(&map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0);
-      }
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
@@ -1109,13 +1078,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
 
     float o[D / O_COLS<D>][O_COLS<D> / 2];
-    auto zero_o = [&]() {
 #pragma unroll
-      for (int nb = 0; nb < D / O_COLS<D>; ++nb)
+    for (int nb = 0; nb < D / O_COLS<D>; ++nb)
 #pragma unroll
-        for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] = 0.f;
-    };
-    if constexpr (!FRESH_O) zero_o();
+      for (int r = 0; r < O_COLS<D> / 2; ++r) o[nb][r] = 0.f;
     RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
     float s_acc[S_REGS];
     uint32_t pa[P_REGS];
@@ -1180,16 +1146,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         scale_o<D>(o, alpha);
       }
     };
-    // the first tile's: with FRESH_O, O is yet to be written (its first P·V overwrites it) and only l, 0 before, takes
-    // the tile's row sums
-    auto rescale_first = [&]() {
-      if constexpr (!FRESH_O) {
-        rescale();
-      } else if constexpr (LATE) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) st.l[i] = tile_sum[i];
-      }
-    };
     auto wait_s = [&]() { fence_regs(s_acc); };
     auto wait_o = [&]() {
       fence_regs(pa);
@@ -1224,7 +1180,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       wait_o();
       wgmma_fence();
-      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)], FRESH_O && j == n_first);
+      issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j)]);
       wgmma_commit();
       if constexpr (EARLY_TOTALS) row_totals();  // the overlapped loop's last P·V: every row sum is final
       wgmma_wait<0>();
@@ -1242,7 +1198,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         scales(n_first, ks, vs);
         qk_alone(n_first);
         softmax_tile(n_first, ks, vs);
-        rescale_first();
+        rescale();
         pack_p<E>(s_acc, pa);
       }
       for (int j = n_first + 1; j < n_mine; ++j) {
@@ -1254,7 +1210,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         wgmma_fence();
         issue_qk<E, D, BLOCK_M, BLOCK_N, FRESH_DESC>(s_acc, q_wg, sm.k[slot(j)]);
         wgmma_commit();
-        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)], FRESH_O && j - 1 == n_first);
+        issue_pv<E, D, BLOCK_N, FRESH_DESC>(o, pa, sm.v[slot(j - 1)]);
         wgmma_commit();
         wgmma_wait<1>();  // Q·Kᵀ(j) done; P·V(j-1) runs under the softmax
         wait_s();
@@ -1280,8 +1236,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
     }
     for (int j = n_mine; j < n_tiles; ++j) pass_tile(j);  // past this warpgroup's rows: the others read them
-    if constexpr (FRESH_O)
-      if (n_mine == n_first) zero_o();  // no P·V wrote O: its rows are fully masked, and give zeros
     if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
     // epilogue: O · v_max / l; fully masked rows (l = 0) give zeros and lse = -inf. A tail segment writes fp32 to its
