@@ -2,8 +2,9 @@
 # What a GPU machine without internet needs beyond its own image (Python 3.12, torch, triton, transformers), made
 # here for the machine's calls to carry (`.whl` and `.tools`): .whl/ holds the cuDNN frontend (the cuDNN FP8 peer of
 # benchmarks/attention.py) and the service's pure-Python dependencies that benchmarks/e2e.py's summarize job imports;
-# .tools/minilm is the bundled MiniLM encoder in fp16 (about 45 MB, under a call's 64 MiB with the wheels) with its
-# tokenizer: e2e.py's --tokenizer and the encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`).
+# .tools/minilm is the bundled MiniLM encoder in fp16 (about 45 MB) with its tokenizer: e2e.py's --tokenizer and the
+# encoder the summarize task loads (`bash benchmarks/gpu_check.sh e2e`). A call's 64 MiB counts the tracked tree
+# (about 23 MB) as well as what it carries, so .tools/minilm does not fit a call beside it; .whl does.
 # Where nvcc is, .lib/fa3fp8/ gets the CUDA kernel library built here, which gpu_check.sh then loads instead of
 # building it on the GPU machine (~40 s of each fresh machine's time); `--lib` rebuilds only that library, after a
 # change to kernels/fa3fp8/csrc, and `--ab FLAGS [FLAGS ...]` builds the library of each build switch (nvcc options
