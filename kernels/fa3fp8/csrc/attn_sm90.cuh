@@ -631,7 +631,6 @@ __device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2]
 // ------------------------------------------------------------------------------------------ the kernel
 
 // One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
-// BALANCED_PAIRS: seqlen_q is where this tile's rows end (the first CTA of a balanced pair, below).
 // A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
 // and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
 // and split = -1. A WINDOW work tile starts at its window's first key tile (key0).
@@ -654,15 +653,6 @@ __host__ __device__ __forceinline__ void window_edge(const WorkTile& t, int r0, 
   first = max(left, 0) / BLOCK_N;
   lo = (max(left + rows - 1, 0) + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
 }
-
-// An experiment's switch (-DFA3FP8_BALANCED_PAIRS=1, off; built in session 56): without a causal mask, the last pair
-// of a sequence's row blocks, where its rows fill fewer warpgroups than the pair has, deals them out to its two CTAs
-// half and half in whole warpgroups (three consumers at S4K: 256 rows as 128 and 128, not 192 and 64). The two run in
-// step, so the pair then takes the time of two busy warpgroups a CTA, not three.
-#ifndef FA3FP8_BALANCED_PAIRS
-#define FA3FP8_BALANCED_PAIRS 0
-#endif
-constexpr bool BALANCED_PAIRS = FA3FP8_BALANCED_PAIRS;
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
@@ -689,15 +679,6 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
   t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
-  if constexpr (BALANCED_PAIRS && CLUSTER == 2 && !CAUSAL) {
-    // rows [pair0, pair0 + half) go to the pair's first CTA, which then sees the sequence end there
-    const int pair0 = m_blk / 2 * 2 * BLOCK_M;
-    const int half = min((t.seqlen_q - pair0 + 2 * WG_ROWS - 1) / (2 * WG_ROWS), BLOCK_M / WG_ROWS) * WG_ROWS;
-    if (m_blk % 2 == 0)
-      t.seqlen_q = min(t.seqlen_q, pair0 + half);
-    else
-      t.m0 = pair0 + half;
-  }
   const int last_row = (CLUSTER == 2 ? m_blk | 1 : m_blk) * BLOCK_M + BLOCK_M;  // past this tile's (pair's) rows
   const int hi = CAUSAL ? causal_keys(t, last_row - 1) : t.seqlen_k;
   t.n_full = (CAUSAL ? causal_keys(t, t.m0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
