@@ -3,8 +3,8 @@
 compared bit for bit. For a change that should not alter results (a schedule, a barrier), this is the measurement.
 
     python benchmarks/kernel_ab.py OLD_LIBRARY [--seqlens 4096,8192,16384] [--dtypes bf16,fp8] [--dims 128,256]
-                                   [--ragged 200,1000,...] [--windows 1024,4096 [--no-plain]] [--rounds 5]
-                                   [--out DIR]
+                                   [--ragged 200,1000,...] [--windows 1024,4096 [--no-plain]]
+                                   [--causal-settings JSON] [--rounds 5] [--out DIR]
 
 "new" is the library fa3fp8 loads (beside the source or in FA3FP8_CACHE_DIR); OLD_LIBRARY is one built from
 another revision of csrc/ with the same C entry points (`python -m fa3fp8.cuda_build DIR` with that
@@ -16,8 +16,9 @@ batches of sequences of these lengths (a service's documents, most of them endin
 head dim and mask through the public API (flash_attn_varlen_func; FP8: flash_attn_fp8_func on its packed bundle), as
 `S` 0 rows with their `lengths`. `--windows` adds causal attention in sliding windows of these many keys (query i
 sees keys i - window + 1 .. i) on the same shapes, each on the window's settings (WINDOW_SETTINGS), as rows with
-their `window` and TFLOPS of the pairs the window keeps; `--no-plain` leaves out the rows without a window. Writes
-kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
+their `window` and TFLOPS of the pairs the window keeps; `--no-plain` leaves out the rows without a window.
+`--causal-settings` times the causal shapes only, on the launcher settings given instead of the API's (a switch that
+changes a kernel the API does not choose there). Writes kernel-ab-<gpu>-<date>.json and a PNG of new / old per shape.
 """
 
 import argparse
@@ -42,13 +43,15 @@ from fa3fp8.testing import random_qkv  # noqa: E402
 TARGET_HEAD_DIMS = (128, 256)  # the head dims the speed targets name: a build switch is timed there unless asked
 
 
-def cases(seqlens, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS):
+def cases(seqlens, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS, causal_settings=None):
     """(fp8, d, causal, seqlen, batch, heads, settings) for each of `dtypes` and the head dims among `dims` that the
-    CUDA kernel is built for (CUDA_HEAD_DIMS), both masks, on the API's settings there (best_settings)."""
+    CUDA kernel is built for (CUDA_HEAD_DIMS), both masks, on the API's settings there (best_settings); with
+    `causal_settings` (launcher settings), the causal shapes only, on those."""
     dims = [d for d in dims if d in bench.CUDA_HEAD_DIMS]
-    args = argparse.Namespace(dtypes=list(dtypes), dims=dims, seqlens=seqlens,
-                              causal_only=False, full_only=False, prefill_shape=False, tokens=bench.TOKENS)
-    return [(fp8, d, causal, seqlen, batch, heads, attention_sm90.best_settings(d, fp8, causal, seqlen, True))
+    args = argparse.Namespace(dtypes=list(dtypes), dims=dims, seqlens=seqlens, causal_only=causal_settings is not None,
+                              full_only=False, prefill_shape=False, tokens=bench.TOKENS)
+    return [(fp8, d, causal, seqlen, batch, heads,
+             causal_settings or attention_sm90.best_settings(d, fp8, causal, seqlen, True))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
 
 
@@ -173,13 +176,16 @@ def main():
     parser.add_argument("--windows", type=lambda s: [int(x) for x in s.split(",")], default=[],
                         help="sliding windows (keys a query sees, itself included) to time causal attention in too")
     parser.add_argument("--no-plain", action="store_true", help="only the --windows and --ragged rows")
+    parser.add_argument("--causal-settings", type=json.loads, default=None,
+                        help='time the causal shapes only, on these launcher settings instead of the API\'s (JSON, '
+                             'e.g. \'{"loop": "serial", "consumers": 3, "fold": true}\')')
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     libs = {"old": cuda_build.open_library(args.old), "new": cuda_build.load()}
     os.environ["FA3FP8_KERNEL"] = "cuda"  # what fp8_bundles restores after making both bundles
     rows = []
-    plain = [] if args.no_plain else cases(args.seqlens, args.dtypes, args.dims)
+    plain = [] if args.no_plain else cases(args.seqlens, args.dtypes, args.dims, args.causal_settings)
     for fp8, d, causal, seqlen, batch, heads, settings in plain:
         rows.append(dense_row(libs, args.rounds, fp8, d, causal, seqlen, batch, heads, settings,
                               bench.flops(batch, heads, seqlen, d, causal)))

@@ -26,6 +26,15 @@ def test_cases_keep_only_the_dtypes_and_head_dims_asked_for(ab):
     }
 
 
+def test_causal_settings_time_the_causal_shapes_only_on_those_settings(ab):
+    folds = {"loop": "serial", "consumers": 3, "fold": True}
+    cases = ab.cases([2048, 4096], dtypes=["fp8"], dims=[128], causal_settings=folds)
+    assert [(fp8, d, causal, seqlen) for fp8, d, causal, seqlen, *_ in cases] == [
+        (True, 128, True, 2048), (True, 128, True, 4096)
+    ]
+    assert all(settings == folds for *_, settings in cases)
+
+
 def test_window_cases_are_causal_on_the_window_settings_and_shorter_than_the_sequence(ab):
     cases = ab.window_cases([4096, 16384], [1024, 8192], dtypes=["bf16"], dims=[128])
     assert [(fp8, d, seqlen, window) for fp8, d, seqlen, _, _, window, _ in cases] == [

@@ -654,6 +654,30 @@ __host__ __device__ __forceinline__ void window_edge(const WorkTile& t, int r0, 
   lo = (max(left + rows - 1, 0) + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
 }
 
+// An experiment's switch (-DFA3FP8_END_ALIGNED_FOLDS=1, off): folds' row blocks end where the sequence ends, so that
+// the rows of the last block past it (three consumers' 192-row blocks pad 4096 queries by 128 rows) lie before its
+// first query instead, where their block sees a key tile or two rather than all of them. The lead (fold_lead) is a
+// whole number of warpgroups, so that a warpgroup's rows still lie in one FP8 quantization block of Q, and counts
+// from the launch's even m_blocks, which also evens out the folds of an odd number of row blocks.
+#ifndef FA3FP8_END_ALIGNED_FOLDS
+#define FA3FP8_END_ALIGNED_FOLDS 0
+#endif
+template <bool FOLD>
+constexpr bool END_ALIGNED = FOLD && FA3FP8_END_ALIGNED_FOLDS;
+
+// END_ALIGNED: the rows of a sequence of seqlen_q queries before its first one, in the first of its m_blocks row
+// blocks of block_m rows (more than block_m where the first block has none)
+__host__ __device__ __forceinline__ int fold_lead(int block_m, int m_blocks, int seqlen_q) {
+  return m_blocks * block_m - (seqlen_q + WG_ROWS - 1) / WG_ROWS * WG_ROWS;
+}
+
+// Whether row `row` of a work tile (counted from its sequence's first query) is one of the sequence's seqlen_q rows:
+// END_ALIGNED, the first row block's rows before the first query are not (a whole number of warpgroups)
+template <bool FOLD>
+__host__ __device__ __forceinline__ bool in_sequence(int row, int seqlen_q) {
+  return END_ALIGNED<FOLD> ? static_cast<unsigned>(row) < static_cast<unsigned>(seqlen_q) : row < seqlen_q;
+}
+
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
 // once read the same heads' K and V from L2; false when its rows lie past its sequence's end (varlen). A cluster of
 // two CTAs takes row blocks 2i and 2i+1 of one sequence and head, which read the same K/V tiles: both run when the
@@ -674,12 +698,14 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.hk = t.h / (p.heads / p.kv_heads);
   t.q_start = p.cu_q[t.b];
   t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
-  t.m0 = m_blk * BLOCK_M;
-  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q) return false;
+  const int lead = END_ALIGNED<FOLD> ? fold_lead(BLOCK_M, p.m_blocks, t.seqlen_q) : 0;
+  t.m0 = m_blk * BLOCK_M - lead;
+  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q || (END_ALIGNED<FOLD> && t.m0 + BLOCK_M <= 0))
+    return false;
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
   t.diag = t.seqlen_k - t.seqlen_q;  // bottom-right causal alignment
-  const int last_row = (CLUSTER == 2 ? m_blk | 1 : m_blk) * BLOCK_M + BLOCK_M;  // past this tile's (pair's) rows
+  const int last_row = (CLUSTER == 2 ? m_blk | 1 : m_blk) * BLOCK_M + BLOCK_M - lead;  // past the tile's (pair's) rows
   const int hi = CAUSAL ? causal_keys(t, last_row - 1) : t.seqlen_k;
   t.n_full = (CAUSAL ? causal_keys(t, t.m0) : t.seqlen_k) / BLOCK_N * BLOCK_N;
   t.n_tiles = (hi + BLOCK_N - 1) / BLOCK_N;
@@ -1051,8 +1077,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       release(sm.v_empty, j);
     };
-    if (SKIP_IDLE && wg_m0 >= t.seqlen_q) {
-      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups): no products
+    if (SKIP_IDLE && !in_sequence<FOLD>(wg_m0, t.seqlen_q)) {
+      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups; END_ALIGNED:
+      // before its start, a first row block's earlier ones): no products
       // and no epilogue, every tile passed on unread; the warpgroups with rows then have the tensor cores to
       // themselves. It leaves before O is set up: inside the loop's branches, ptxas zeroed O twice and rescheduled
       // the 16-bit loops (BF16 d256 causal folds -5.6% at S4K, H100, session 37)
@@ -1070,7 +1097,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const float* v_scale = nullptr;
     int kv_blocks = 0;
     if constexpr (E::FP8) {
-      if (wg_m0 < t.seqlen_q) qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
+      if (in_sequence<FOLD>(wg_m0, t.seqlen_q))
+        qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
       const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b] + t.key0 / KV_BLOCK;
       k_scale = p.k_scale + kblk;
       v_scale = p.v_scale + kblk;
@@ -1243,7 +1271,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int tq = lane % 4;
     if (!EARLY_TOTALS || n_mine == n_first) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
-    if ((O_STAGE || o_via_v()) && wg_m0 + WG_ROWS <= t.seqlen_q && (!SPLIT || t.split < 0)) {
+    if ((O_STAGE || o_via_v()) && (!END_ALIGNED<FOLD> || wg_m0 >= 0) && wg_m0 + WG_ROWS <= t.seqlen_q &&
+        (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
       // Q's layout ([64 rows x 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of
       // 8 rows per stmatrix (lane 8m + r addresses chunk c8 + m of row r), then one TMA store per panel; the previous
@@ -1282,7 +1311,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = row0 + 8 * i;
-        if (row < t.seqlen_q && (!SPLIT || t.split < 0)) {
+        if (in_sequence<FOLD>(row, t.seqlen_q) && (!SPLIT || t.split < 0)) {
           OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
           for (int nb = 0; nb < D / O_COLS<D>; ++nb)
@@ -1294,7 +1323,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             }
         }
         if constexpr (SPLIT) {
-          if (row < t.seqlen_q && t.split >= 0) {
+          if (in_sequence<FOLD>(row, t.seqlen_q) && t.split >= 0) {
             const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
             float* out = split.o + at * D;
 #pragma unroll
@@ -1311,7 +1340,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row0 + 8 * i;
-      if (tq == 0 && row < t.seqlen_q && (!SPLIT || t.split < 0))
+      if (tq == 0 && in_sequence<FOLD>(row, t.seqlen_q) && (!SPLIT || t.split < 0))
         p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse[i];
     }
     tiles += n_tiles;
@@ -1355,7 +1384,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
   WorkTile t;
   if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
-      t.m0 + blockIdx.y * MERGE_ROWS >= t.seqlen_q)
+      !in_sequence<FOLD>(t.m0 + blockIdx.y * MERGE_ROWS, t.seqlen_q))
     return;
   if (threadIdx.x < 32) {
     int n_long = t.n_tiles;  // FOLD: the long work tile's key tiles, where the short one's iterations start
@@ -1389,7 +1418,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   }
   __syncthreads();
   const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
-  if (row >= t.seqlen_q) return;
+  if (!in_sequence<FOLD>(row, t.seqlen_q)) return;
   const float* lse = split.lse + r;  // segment x's lse at lse[x * BLOCK_M]
   float m = -INFINITY;
   for (int k = lane; k < n; k += 32) m = fmaxf(m, lse[(size_t)slots[k] * BLOCK_M]);
@@ -1520,13 +1549,16 @@ inline int split_units(int units, int shares, int key_tiles, int min_saving) {
   return tail > 0 && key_tiles - share >= min_saving ? tail : 0;
 }
 
-// Key tiles that causal row blocks first_blk to last_blk (a pair's two, or one) of block_m rows see in a sequence of
-// seqlen_q queries and seqlen_k keys, on tiles of block_n keys, counted as tile_at counts them; 0 when first_blk has
-// no rows
-inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_blk, int seqlen_q, int seqlen_k) {
+// Key tiles that causal row blocks first_blk to last_blk (a pair's two, or one) of block_m rows, the first `lead` of
+// them before the first query (END_ALIGNED folds), see in a sequence of seqlen_q queries and seqlen_k keys, on tiles
+// of block_n keys, counted as tile_at counts them; 0 when the blocks have no rows
+inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_blk, int seqlen_q, int seqlen_k,
+                            int lead) {
   WorkTile t{};
   t.seqlen_k = seqlen_k, t.diag = seqlen_k - seqlen_q;
-  return first_blk * block_m < seqlen_q ? (causal_keys(t, (last_blk + 1) * block_m - 1) + block_n - 1) / block_n : 0;
+  const int last_row = (last_blk + 1) * block_m - 1 - lead;
+  return first_blk * block_m - lead < seqlen_q && last_row >= 0 ? (causal_keys(t, last_row) + block_n - 1) / block_n
+                                                                : 0;
 }
 
 // Key tiles of the longest fold of m_blocks causal row blocks of BLOCK_M rows (m_blocks even), every sequence
@@ -1534,7 +1566,8 @@ inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_bl
 // iterations
 template <int BLOCK_M, int BLOCK_N>
 int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
-  auto tiles = [&](int m_blk) { return causal_key_tiles(BLOCK_M, BLOCK_N, m_blk, m_blk, seqlen_q, seqlen_k); };
+  const int lead = END_ALIGNED<true> ? fold_lead(BLOCK_M, m_blocks, seqlen_q) : 0;
+  auto tiles = [&](int m_blk) { return causal_key_tiles(BLOCK_M, BLOCK_N, m_blk, m_blk, seqlen_q, seqlen_k, lead); };
   int most = 0;
   for (int f = 0; f < m_blocks / 2; ++f) most = max(most, tiles(m_blocks - 1 - f) + tiles(f));
   return most;
@@ -1568,7 +1601,7 @@ inline int causal_split(int work_tiles, int m_blocks, int shares, int cluster, i
   if (equal) {
     const int rank = from + m_blocks >= work_tiles ? from % m_blocks : 0, m_blk = m_blocks - 1 - rank;
     const int first = cluster == 2 ? m_blk & ~1 : m_blk, last = cluster == 2 ? m_blk | 1 : m_blk;
-    key_tiles = causal_key_tiles(block_m, block_n, first, last, max_seqlen_q, max_seqlen_k);
+    key_tiles = causal_key_tiles(block_m, block_n, first, last, max_seqlen_q, max_seqlen_k, 0);
   }
   return split_parts(units, shares, key_tiles, SPLIT_MIN_SAVING);
 }
