@@ -180,7 +180,7 @@ def main():
                         help='time the causal shapes only, on these launcher settings instead of the API\'s (JSON, '
                              'e.g. \'{"loop": "serial", "consumers": 3, "fold": true}\')')
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args()
     libs = {"old": cuda_build.open_library(args.old), "new": cuda_build.load()}
     os.environ["FA3FP8_KERNEL"] = "cuda"  # what fp8_bundles restores after making both bundles

@@ -42,8 +42,8 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
 # work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
-# padding), FP8 d128 on three consumers in order, as at other lengths, where their row blocks pad little
-# (PADDED_FOLDS below; whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
+# padding), FP8 d128 on three consumers in order, as at other lengths (FOLDS_OVER_FEWER_KEYS below where queries
+# outnumber keys; whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
 # split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
 # 690 / 842 / 922 against 649 / 798 / 921 unsplit, two consumers' folds 684 / 810 / 841 and one CTA per work tile
 # 657 / 831 / 929). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
@@ -56,8 +56,8 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # consumers overlapped where longer sequences take three in order (session 22, S 4K / 8K: 560 / 593 against three
 # consumers' folds 530 / 586 and three alone 509 / 572). d64 takes folds of its own settings (three consumers
 # overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads, medians of 3 rounds,
-# `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K,
-# PADDED_FOLDS) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
+# `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K
+# then) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
 # (cuDNN FP8 293 / 447); at S8K / S16K (`...-session35-d64-8k-16k.json`) level or ahead: BF16 461 / 486 against
 # 458 / 485, FP8 534 / 583 against 525 / 577.
 SHORT_CAUSAL = {
@@ -76,20 +76,16 @@ SHORT_CAUSAL = {
 # 4096 keys, 64 / 512 / 2048 queries, BF16 55 / 357 / 605 against 154 / 552 / 534, FP8 52 / 384 / 627 against 172 /
 # 644 / 674; FP8 over 16384 keys (equal lengths), 512 / 2048 / 4096 queries 577 / 835 / 881 against 831 / 839 / 867.
 FOLDS_MIN_QUERY_SHARE = 0.25
-# Short causal folds of three consumers (FP8 d128's, d64's) take two consumers overlapped instead (PADDED_FOLDS: 128-row
-# blocks, none past the end of a sequence of a multiple of 128 queries) where the longest sequence's queries leave more
-# than this share (by head dim) of their 192-row blocks' rows past its end. TFLOPS, H200, two consumers' folds against
-# three's, by that share, d64 (session 35, as SHORT_CAUSAL's): 12.5% (S1K) BF16 291 / 258, FP8 273 / 275; 3.1% (S4K)
-# BF16 390 / 405, FP8 428 / 484, so d64's bound lies between the two (not timed there). FP8 d128: 12.5% (S1K, session
-# 17) 396 against 380; 3.1%: S2K 547 / 508 (session 17), S4K 690 / 688 (session 17), 684 / 690 (session 13), session 31
-# (`few_queries.py`, 4096 keys, medians of 5, 32 / 8 heads then the bench's 4 x 16) 4096 queries 729 / 694 and 741 /
-# 725, 2048 queries 755 / 627 and 774 / 728; 12.5% (1024 queries over 4096 keys) 738 / 509 and 759 / 651. None: S3K 612
-# / 688 (session 17); session 34, 3072 queries over 3072 / 4096 keys (32 / 8 heads, then 4 x 16) 665 / 715, 745 / 801
-# and 690 / 745, 760 / 823. 0.8%: S16K 810 / 842 (session 13). More queries than keys (the first rows see none) take two
-# consumers too: session 34, 8192 queries over 3072 keys 530 / 313 and 547 / 324, over 4096 keys (4 x 16) 635 / 451
-# (`few-queries-nvidia-h200-2026-12-05-session34-*.json`).
-FOLDS_THREE_MAX_PADDING = {64: 0.0625, 128: 0.02}
-PADDED_FOLDS = {"loop": "overlap", "consumers": 2}
+# Short causal folds of three consumers (FP8 d128's, d64's) take two consumers overlapped instead where the longest
+# sequence's queries outnumber its keys: its first rows then see no key. H200, session 34, two consumers' folds
+# against three's, 8192 queries over 3072 keys 530 / 313 TFLOPS (547 / 324 at 4 x 16), over 4096 keys (4 x 16) 635 /
+# 451 (`few-queries-nvidia-h200-2026-12-05-session34-*.json`). Until session 57 they also did where three consumers'
+# 192-row blocks passed the queries by more than 2% of them (d64: 6.25%); since folds' row blocks end where the
+# sequence does (csrc's fold_lead), three lead there too. H100, session 57, kernels mode, three consumers' folds
+# against two's at S1K / S2K / S4K: FP8 d128 552 / 480, 729 / 646, 810 / 762 (cuDNN FP8 429 / 580 / 737); d64 BF16
+# 292 / 282, 380 / 348, 437 / 391 and FP8 319 / 272, 431 / 352, 525 / 416
+# (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session57-end-aligned-*.json`).
+FOLDS_OVER_FEWER_KEYS = {"loop": "overlap", "consumers": 2}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
 # SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
 # of unequal lengths do not split, and whole folds fill 132 CTAs to 87% at S16K). H200, session 13, FP8 d128 causal,
@@ -240,10 +236,10 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as the
     longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers' folds
-    PADDED_FOLDS' where their row blocks pass the longest queries by more than FOLDS_THREE_MAX_PADDING[d] or the queries
-    outnumber the keys), unless `launch` has fewer queries than FOLDS_MIN_QUERY_SHARE of the keys; attention without a
-    causal mask over at most SHORT_FULL_MAX_KEYS keys SHORT_FULL's. `launch`, where known (else the queries are taken as
-    many as the keys): (sequences x heads, the longest sequence's queries, the device's SMs); other causal attention
+    FOLDS_OVER_FEWER_KEYS' where the queries outnumber the keys), unless `launch` has fewer queries than
+    FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
+    SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys): (sequences x heads, the
+    longest sequence's queries, the device's SMs); other causal attention
     whose three consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or
     FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
@@ -256,10 +252,8 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     short_causal = SHORT_CAUSAL.get((d, fp8))
     if causal and short_causal is not None and max_seqlen_k <= limit and not few_queries:
         folds = {**settings, **short_causal}
-        queries = max_seqlen_k if launch is None else launch[1]
-        if folds.get("consumers") == 3 and (
-                queries > max_seqlen_k or rows_past_end(queries, WG_ROWS * 3) > FOLDS_THREE_MAX_PADDING[d]):
-            folds.update(PADDED_FOLDS)
+        if folds.get("consumers") == 3 and launch is not None and launch[1] > max_seqlen_k:
+            folds.update(FOLDS_OVER_FEWER_KEYS)
         return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
         return {**settings, **SHORT_FULL.get((d, fp8), {})}
@@ -273,12 +267,6 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
 def row_blocks(queries: int, block_m: int) -> int:
     """The row blocks of `block_m` rows that `queries` query rows take (the last one may pass their end)."""
     return -(-queries // block_m)
-
-
-def rows_past_end(queries: int, block_m: int) -> float:
-    """The share of `queries` that its row blocks of `block_m` rows pass it by (the last block's rows past the end; 0
-    for no queries)."""
-    return (row_blocks(queries, block_m) * block_m - queries) / queries if queries > 0 else 0.0
 
 
 def few_waves_time(settings: dict, d: int, fp8: bool, launch: tuple[int, int, int], max_seqlen_k: int) -> float:

@@ -326,7 +326,7 @@ def test_auto_settings_are_variants_the_library_builds():
 def test_short_causal_attention_takes_folds():
     limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
     for d, fp8 in itertools.product(attention_sm90.BUILT_HEAD_DIMS, (False, True)):
-        for keys in (3072, limit):  # whole or nearly whole 192-row blocks (three consumers: FP8 d128, d64)
+        for keys in (1000, 3072, limit):
             assert attention_sm90.best_settings(d, fp8, True, keys) == {
                 **attention_sm90.FASTER[(d, fp8, True)], **attention_sm90.SHORT_CAUSAL[(d, fp8)]}, (d, fp8, keys)
         for causal, keys in [(True, limit + 1), (True, None), (False, attention_sm90.SHORT_FULL_MAX_KEYS + 1)]:
@@ -352,25 +352,15 @@ def test_causal_attention_of_few_queries_over_its_keys_takes_no_folds():
         assert bool(settings.get("fold")) == fold, queries
 
 
-def test_rows_past_end():
-    assert attention_sm90.rows_past_end(3072, 192) == 0  # 16 blocks
-    assert attention_sm90.rows_past_end(4096, 192) == 128 / 4096  # 22 blocks, the last one 64 rows long
-    assert attention_sm90.rows_past_end(1, 192) == 191
-    assert attention_sm90.rows_past_end(0, 192) == 0
-
-
-def test_short_causal_fp8_d128_folds_take_two_consumers_where_three_would_pad():
+def test_short_causal_fp8_d128_folds_take_three_consumers_unless_the_queries_outnumber_the_keys():
     two = {"loop": "overlap", "consumers": 2, "fold": True}
     three = {"loop": "serial", "consumers": 3, "fold": True}
-    # the longest sequence's queries (else its keys) against 192-row blocks: 1024 and 4096 pad 12.5% and 3.1%
-    for keys in (1, 1024, 2048, 4096):
-        assert attention_sm90.best_settings(128, True, True, keys) == two, keys
-        assert attention_sm90.best_settings(128, True, True, keys, equal_lengths=True) == two, keys
-    for keys in (1536, 3072):  # whole blocks
+    # whole 192-row blocks or not (their rows past the queries lie before the first one): three consumers
+    for keys in (1, 1024, 1536, 2048, 3072, 4096):
         assert attention_sm90.best_settings(128, True, True, keys) == three, keys
-    assert attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True) == three  # 0.8%
-    assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 3072, 132)) == three
-    assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 2048, 132)) == two
+        assert attention_sm90.best_settings(128, True, True, keys, equal_lengths=True) == three, keys
+    assert attention_sm90.best_settings(128, True, True, 16384, equal_lengths=True) == three
+    assert attention_sm90.best_settings(128, True, True, 4096, launch=(64, 2048, 132)) == three
     # more queries than keys, in whole blocks or not: the first rows see no key
     assert attention_sm90.best_settings(128, True, True, 3072, equal_lengths=True, launch=(32, 6144, 132)) == two
     assert attention_sm90.best_settings(128, True, True, 3072, equal_lengths=True, launch=(32, 8192, 132)) == two
@@ -381,12 +371,11 @@ def test_short_causal_fp8_d128_folds_take_two_consumers_where_three_would_pad():
     assert attention_sm90.best_settings(128, True, False, 1024)["consumers"] == 3  # without a mask three lead
 
 
-def test_short_causal_d64_folds_take_two_consumers_where_three_would_pad_more_than_a_sixteenth():
-    # d64's three consumers' folds lead at 3.1% padding (4096 keys) where FP8 d128's lose; 12.5% (1024) goes to two
+def test_short_causal_d64_folds_take_three_consumers_unless_the_queries_outnumber_the_keys():
     for fp8 in (False, True):
-        for keys, consumers in [(512, 2), (1024, 2), (1280, 3), (2048, 3), (4096, 3), (8192, 3)]:  # 12.5% .. 0.8%
+        for keys in (512, 1024, 1280, 2048, 4096, 8192):
             settings = attention_sm90.best_settings(64, fp8, True, keys)
-            assert settings == {"loop": "overlap", "consumers": consumers, "fold": True}, (fp8, keys)
+            assert settings == {"loop": "overlap", "consumers": 3, "fold": True}, (fp8, keys)
         assert attention_sm90.best_settings(64, fp8, True, 3072, launch=(32, 6144, 132))["consumers"] == 2
 
 
@@ -507,22 +496,24 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
 
 @needs_nvcc
 def test_d64_runs_three_consumers_overlapped_on_settings_it_builds():
-    # FASTER's d64 entry (no pairs or short-key settings without a mask at d64), short causal attention in folds (two
-    # consumers where 192-row blocks pass 1024 queries by 12.5%, three over 4096), and the launchers' defaults
-    # (FA3FP8_KERNEL=cuda without best settings) are built too; windows at d64 stay on the Triton kernel
+    # FASTER's d64 entry (no pairs or short-key settings without a mask at d64), short causal attention in folds
+    # (three consumers; two where the queries outnumber the keys), and the launchers' defaults (FA3FP8_KERNEL=cuda
+    # without best settings) are built too; windows at d64 stay on the Triton kernel
     three = {"loop": "overlap", "consumers": 3}
     for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 4096, 65536)):
         settings = attention_sm90.best_settings(64, fp8, causal, keys)
         fold = causal and keys in (1024, 4096)
-        consumers = 2 if fold and keys == 1024 else 3
-        assert settings == ({**three, "consumers": consumers, "fold": True} if fold else three), (fp8, causal, keys)
+        assert settings == ({**three, "fold": True} if fold else three), (fp8, causal, keys)
+    for fp8, causal, consumers in itertools.product((False, True), (False, True), (2, 3)):
         block_n = attention_sm90.KV_BLOCK if fp8 else attention_sm90.BLOCK_N_16BIT[64][0]
-        assert attention_sm90.cluster_for(64, fp8, "overlap", consumers, block_n, fold, causal=causal,
-                                          max_seqlen_k=keys) == 1
-        if fp8:
-            assert entry_fp8(64, "overlap", consumers, block_n, causal=int(causal), fold=int(fold)) == -1
-        else:
-            assert entry_16bit(64, "overlap", block_n, causal=int(causal), fold=int(fold), consumers=consumers) == -1
+        for fold in (False, True) if causal else (False,):
+            assert attention_sm90.cluster_for(64, fp8, "overlap", consumers, block_n, fold, causal=causal,
+                                              max_seqlen_k=4096) == 1
+            if fp8:
+                assert entry_fp8(64, "overlap", consumers, block_n, causal=int(causal), fold=int(fold)) == -1
+            else:
+                entry = entry_16bit(64, "overlap", block_n, causal=int(causal), fold=int(fold), consumers=consumers)
+                assert entry == -1
     assert not attention_sm90.serves_windows(64)
     loop, block_n = attention_sm90.LOOP[(64, False)], attention_sm90.BLOCK_N_16BIT[64][0]
     cluster = attention_sm90.cluster_for(64, False, loop, 2, block_n)
@@ -905,23 +896,29 @@ def test_tail_segments_cover_each_unit_once_in_even_shares(units, key_tiles, gri
     assert max(per_share) <= -(-units * key_tiles // shares) and sum(per_share) == units * key_tiles
 
 
-def causal_key_tiles(m_blk, block_m, seqlen_q, seqlen_k, block_n=128):
-    """Key tiles of causal row block m_blk (bottom-right aligned), 0 past the queries' end."""
-    if m_blk * block_m >= seqlen_q:
+def fold_key_tiles(m_blk, m_blocks, block_m, seqlen_q, seqlen_k, block_n=128):
+    """Key tiles of causal row block m_blk (bottom-right aligned) of m_blocks that end where the queries end (their
+    first rows whole warpgroups before the first query), 0 for a block without queries."""
+    lead = m_blocks * block_m - -(-seqlen_q // 64) * 64
+    first, end = m_blk * block_m - lead, (m_blk + 1) * block_m - lead  # rows [first, end) of the block
+    if first >= seqlen_q or end <= 0:
         return 0
-    visible = max(min(seqlen_k, (m_blk + 1) * block_m + seqlen_k - seqlen_q), 0)
+    visible = max(min(seqlen_k, end + seqlen_k - seqlen_q), 0)
     return -(-visible // block_n)
 
 
 @needs_nvcc
 @pytest.mark.parametrize("block_m,seqlen_q,seqlen_k", [(192, 16384, 16384), (128, 4096, 4096), (192, 3000, 3000),
-                                                       (128, 1000, 5000), (192, 3000, 1000), (128, 1, 777)])
+                                                       (192, 2048, 2048), (128, 1000, 5000), (192, 3000, 1000),
+                                                       (128, 1, 777)])
 def test_fold_key_tiles_bounds_every_fold(block_m, seqlen_q, seqlen_k):
     # plan_split's bound on a fold's iterations: the most key tiles of any fold (row blocks m - 1 - f and f)
     m = -(-seqlen_q // (2 * block_m)) * 2
-    folds = [causal_key_tiles(m - 1 - f, block_m, seqlen_q, seqlen_k) + causal_key_tiles(f, block_m, seqlen_q, seqlen_k)
-             for f in range(m // 2)]
+    tiles = [fold_key_tiles(m_blk, m, block_m, seqlen_q, seqlen_k) for m_blk in range(m)]
+    folds = [tiles[m - 1 - f] + tiles[f] for f in range(m // 2)]
     assert cuda_build.load().fa3fp8_fold_key_tiles(block_m, m, seqlen_q, seqlen_k) == max(folds)
+    if seqlen_q == seqlen_k:  # blocks that end where the queries do: folds within a key tile of each other
+        assert max(folds) - min(folds) <= 1, folds
 
 
 def fold_segments(n_long, n_short, key_tiles, grid):

@@ -654,28 +654,23 @@ __host__ __device__ __forceinline__ void window_edge(const WorkTile& t, int r0, 
   lo = (max(left + rows - 1, 0) + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
 }
 
-// An experiment's switch (-DFA3FP8_END_ALIGNED_FOLDS=1, off): folds' row blocks end where the sequence ends, so that
-// the rows of the last block past it (three consumers' 192-row blocks pad 4096 queries by 128 rows) lie before its
-// first query instead, where their block sees a key tile or two rather than all of them. The lead (fold_lead) is a
-// whole number of warpgroups, so that a warpgroup's rows still lie in one FP8 quantization block of Q, and counts
-// from the launch's even m_blocks, which also evens out the folds of an odd number of row blocks.
-#ifndef FA3FP8_END_ALIGNED_FOLDS
-#define FA3FP8_END_ALIGNED_FOLDS 0
-#endif
-template <bool FOLD>
-constexpr bool END_ALIGNED = FOLD && FA3FP8_END_ALIGNED_FOLDS;
-
-// END_ALIGNED: the rows of a sequence of seqlen_q queries before its first one, in the first of its m_blocks row
-// blocks of block_m rows (more than block_m where the first block has none)
+// FOLD: a sequence's row blocks end where it ends, so that the rows of its row blocks past its queries (three
+// consumers' 192-row blocks pass 4096 queries by 128) lie before its first query, in a block that sees a key tile or
+// two, rather than past its last, in a block that sees them all and whose CTA then runs one consumer for most of a
+// fold. fold_lead: those rows, in the first of its m_blocks row blocks of block_m rows (more than block_m where the
+// first block has none); a whole number of warpgroups, so that a warpgroup's rows lie in one FP8 quantization block
+// of Q. Counted from the launch's even m_blocks, which also evens out the folds of an odd number of row blocks. H100,
+// session 57, kernel_ab against blocks from the first query: FP8 d128 three consumers' folds S2K +17%, S4K +4%, S8K
+// +3%, S16K level; d64's S2K +17-18%, S8K +4%; ragged FP8 d128 (two consumers' folds) +4%.
 __host__ __device__ __forceinline__ int fold_lead(int block_m, int m_blocks, int seqlen_q) {
   return m_blocks * block_m - (seqlen_q + WG_ROWS - 1) / WG_ROWS * WG_ROWS;
 }
 
 // Whether row `row` of a work tile (counted from its sequence's first query) is one of the sequence's seqlen_q rows:
-// END_ALIGNED, the first row block's rows before the first query are not (a whole number of warpgroups)
+// FOLD, the first row block's rows before the first query are not (fold_lead)
 template <bool FOLD>
 __host__ __device__ __forceinline__ bool in_sequence(int row, int seqlen_q) {
-  return END_ALIGNED<FOLD> ? static_cast<unsigned>(row) < static_cast<unsigned>(seqlen_q) : row < seqlen_q;
+  return FOLD ? static_cast<unsigned>(row) < static_cast<unsigned>(seqlen_q) : row < seqlen_q;
 }
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
@@ -684,7 +679,8 @@ __host__ __device__ __forceinline__ bool in_sequence(int row, int seqlen_q) {
 // first has rows (the second's rows past the end are computed and not stored); causal, both read the key tiles of
 // the later block 2i+1, which block 2i's mask hides where they pass its rows. FOLD (causal, persistent CTAs):
 // ranks 2f and 2f+1 are row blocks m-1-f and f, a long one and a short one whose key tiles add up to the same count
-// for every f, so that CTAs dealt whole folds round-robin get equal work. WINDOW (causal, unsplit): the
+// for every f, so that CTAs dealt whole folds round-robin get equal work; a sequence's blocks end where it does
+// (fold_lead), and a block before its first query has no rows. WINDOW (causal, unsplit): the
 // key tiles before the first one that the block's first row sees are skipped (key0); each consumer warpgroup skips
 // and masks its own left edge (window_edge).
 template <int BLOCK_M, int BLOCK_N, bool CAUSAL, int CLUSTER, bool FOLD, bool WINDOW = false>
@@ -698,9 +694,9 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.hk = t.h / (p.heads / p.kv_heads);
   t.q_start = p.cu_q[t.b];
   t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
-  const int lead = END_ALIGNED<FOLD> ? fold_lead(BLOCK_M, p.m_blocks, t.seqlen_q) : 0;
+  const int lead = FOLD ? fold_lead(BLOCK_M, p.m_blocks, t.seqlen_q) : 0;
   t.m0 = m_blk * BLOCK_M - lead;
-  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q || (END_ALIGNED<FOLD> && t.m0 + BLOCK_M <= 0))
+  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q || (FOLD && t.m0 + BLOCK_M <= 0))
     return false;
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
@@ -1078,8 +1074,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       release(sm.v_empty, j);
     };
     if (SKIP_IDLE && !in_sequence<FOLD>(wg_m0, t.seqlen_q)) {
-      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups; END_ALIGNED:
-      // before its start, a first row block's earlier ones): no products
+      // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups; FOLD: before
+      // its start, a first row block's earlier ones): no products
       // and no epilogue, every tile passed on unread; the warpgroups with rows then have the tensor cores to
       // themselves. It leaves before O is set up: inside the loop's branches, ptxas zeroed O twice and rescheduled
       // the 16-bit loops (BF16 d256 causal folds -5.6% at S4K, H100, session 37)
@@ -1271,7 +1267,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int tq = lane % 4;
     if (!EARLY_TOTALS || n_mine == n_first) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
-    if ((O_STAGE || o_via_v()) && (!END_ALIGNED<FOLD> || wg_m0 >= 0) && wg_m0 + WG_ROWS <= t.seqlen_q &&
+    if ((O_STAGE || o_via_v()) && (!FOLD || wg_m0 >= 0) && wg_m0 + WG_ROWS <= t.seqlen_q &&
         (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
       // Q's layout ([64 rows x 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of
@@ -1550,7 +1546,7 @@ inline int split_units(int units, int shares, int key_tiles, int min_saving) {
 }
 
 // Key tiles that causal row blocks first_blk to last_blk (a pair's two, or one) of block_m rows, the first `lead` of
-// them before the first query (END_ALIGNED folds), see in a sequence of seqlen_q queries and seqlen_k keys, on tiles
+// them before the first query (folds), see in a sequence of seqlen_q queries and seqlen_k keys, on tiles
 // of block_n keys, counted as tile_at counts them; 0 when the blocks have no rows
 inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_blk, int seqlen_q, int seqlen_k,
                             int lead) {
@@ -1566,7 +1562,7 @@ inline int causal_key_tiles(int block_m, int block_n, int first_blk, int last_bl
 // iterations
 template <int BLOCK_M, int BLOCK_N>
 int fold_key_tiles(int m_blocks, int seqlen_q, int seqlen_k) {
-  const int lead = END_ALIGNED<true> ? fold_lead(BLOCK_M, m_blocks, seqlen_q) : 0;
+  const int lead = fold_lead(BLOCK_M, m_blocks, seqlen_q);
   auto tiles = [&](int m_blk) { return causal_key_tiles(BLOCK_M, BLOCK_N, m_blk, m_blk, seqlen_q, seqlen_k, lead); };
   int most = 0;
   for (int f = 0; f < m_blocks / 2; ++f) most = max(most, tiles(m_blocks - 1 - f) + tiles(f));
