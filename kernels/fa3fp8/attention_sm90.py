@@ -41,9 +41,9 @@ BLOCK_N_16BIT = {64: (128,), 128: (176, 128), 256: (80,)}
 SHORT_CAUSAL_MAX_KEYS = 8192
 # (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
-# work tile pays them in full; BF16/FP16 d128 on 128-key tiles (4096 keys are 24 tiles of 176, 3.1% of them
-# padding), FP8 d128 on three consumers in order, as at other lengths (FOLDS_OVER_FEWER_KEYS below where queries
-# outnumber keys; whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
+# work tile pays them in full; d128 on three consumers in order, as at other lengths, BF16/FP16 on 128-key tiles
+# (4096 keys are 24 tiles of 176, 3.1% of them padding; FOLDS_OVER_FEWER_KEYS below where queries outnumber keys);
+# FP8 d128 (whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
 # split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
 # 690 / 842 / 922 against 649 / 798 / 921 unsplit, two consumers' folds 684 / 810 / 841 and one CTA per work tile
 # 657 / 831 / 929). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
@@ -52,10 +52,13 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # 559 / 601 / 701 / 730; FP8 d128 681 / 748 / 808 / 838 against three consumers' 655 / 729 / 828 / 930 (three
 # consumers dealt folds: 650 / - / 788 / 924); FP8 d256 926 / 997 / 1099 / 1148 against 866 / 928 / 1090 / 1166.
 # Folds lose at 64K: dealt whole and round-robin, their last round leaves CTAs idle (4096 folds are 31.03 rounds of
-# 132), which the hardware's deal of one CTA per work tile, longest first, avoids. BF16/FP16 d128 folds stay on two
-# consumers overlapped where longer sequences take three in order (session 22, S 4K / 8K: 560 / 593 against three
-# consumers' folds 530 / 586 and three alone 509 / 572). d64 takes folds of its own settings (three consumers
-# overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads, medians of 3 rounds,
+# 132), which the hardware's deal of one CTA per work tile, longest first, avoids. BF16/FP16 d128 folds ran on two
+# consumers overlapped until session 57 (session 22, H200, S 4K / 8K: 560 / 593 against three consumers' folds 530 /
+# 586); since their row blocks end where the sequence does (csrc's fold_lead), three lead: H100, session 57, kernels
+# mode, 9 rounds, S1K / 2K / 4K / 8K 432 / 533 / 585 / 622 against 426 / 518 / 577 / 615 (a first run, 5 rounds, at
+# 2K-8K: 539 / 581 / 626 against 526 / 580 / 612; `attention-kernels-...-session57-bf16-causal-folds*.json`). d64
+# takes folds of its own settings (three consumers overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads,
+# medians of 3 rounds,
 # `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K
 # then) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
 # (cuDNN FP8 293 / 447); at S8K / S16K (`...-session35-d64-8k-16k.json`) level or ahead: BF16 461 / 486 against
@@ -63,7 +66,7 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 SHORT_CAUSAL = {
     (64, False): {"fold": True},
     (64, True): {"fold": True},
-    (128, False): {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True},
+    (128, False): {"fold": True},
     (256, False): {"fold": True},
     (128, True): {"loop": "serial", "consumers": 3, "fold": True},
     (256, True): {"fold": True},

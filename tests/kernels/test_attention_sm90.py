@@ -395,13 +395,17 @@ def test_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
 
 
 def test_long_causal_16bit_d128_attention_takes_three_consumers_in_pairs():
-    # beyond SHORT_CAUSAL_MAX_KEYS, three consumers in order on 128-key tiles, paired; up to it two consumers' folds
+    # beyond SHORT_CAUSAL_MAX_KEYS, three consumers in order on 128-key tiles, paired; up to it their folds (two
+    # consumers overlapped where the queries outnumber the keys)
     limit = attention_sm90.SHORT_CAUSAL_MAX_KEYS
+    three = {"loop": "serial", "consumers": 3, "block_n": 128}
     for keys in (limit + 1, 65536, None):
-        settings = attention_sm90.best_settings(128, False, True, keys)
-        assert settings == {"loop": "serial", "consumers": 3, "block_n": 128}, keys
+        assert attention_sm90.best_settings(128, False, True, keys) == three, keys
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2
-    assert attention_sm90.best_settings(128, False, True, limit) == {
+    for keys in (1000, 4096, limit):
+        assert attention_sm90.best_settings(128, False, True, keys) == {**three, "fold": True}, keys
+    assert attention_sm90.cluster_for(128, False, "serial", 3, 128, fold=True, causal=True) == 1
+    assert attention_sm90.best_settings(128, False, True, 3072, launch=(32, 6144, 132)) == {
         "loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
 
 
