@@ -666,24 +666,11 @@ __host__ __device__ __forceinline__ int fold_lead(int block_m, int m_blocks, int
   return m_blocks * block_m - (seqlen_q + WG_ROWS - 1) / WG_ROWS * WG_ROWS;
 }
 
-// An experiment's switch (-DFA3FP8_END_ALIGNED_CAUSAL=1, off): causal launches of one CTA per work tile, pairs of
-// CTAs or not (but windows), end a sequence's row blocks where it ends too. Their last row block is the longest, and
-// where it passes the queries (a pair's second block wholly past them, for an odd count of blocks), its CTA holds an
-// SM for the longest time with idle warpgroups; aligned to the end, those rows lie in the first pair, which sees a key
-// tile or two.
-#ifndef FA3FP8_END_ALIGNED_CAUSAL
-#define FA3FP8_END_ALIGNED_CAUSAL 0
-#endif
-// Launches whose row blocks end where the sequence ends (fold_lead): folds, and with the switch the other causal
-// launches but windows
-template <bool CAUSAL, bool FOLD, bool WINDOW>
-constexpr bool END_ALIGNED = FOLD || (CAUSAL && !WINDOW && FA3FP8_END_ALIGNED_CAUSAL);
-
 // Whether row `row` of a work tile (counted from its sequence's first query) is one of the sequence's seqlen_q rows:
-// ALIGNED (END_ALIGNED), the first row block's rows before the first query are not (fold_lead)
-template <bool ALIGNED>
+// FOLD, the first row block's rows before the first query are not (fold_lead)
+template <bool FOLD>
 __host__ __device__ __forceinline__ bool in_sequence(int row, int seqlen_q) {
-  return ALIGNED ? static_cast<unsigned>(row) < static_cast<unsigned>(seqlen_q) : row < seqlen_q;
+  return FOLD ? static_cast<unsigned>(row) < static_cast<unsigned>(seqlen_q) : row < seqlen_q;
 }
 
 // Work tile w, numbered head by head with the row blocks inside (causal: longest first), so that the CTAs running at
@@ -707,12 +694,9 @@ __host__ __device__ __forceinline__ bool tile_at(const Params& p, int w, WorkTil
   t.hk = t.h / (p.heads / p.kv_heads);
   t.q_start = p.cu_q[t.b];
   t.seqlen_q = p.cu_q[t.b + 1] - t.q_start;
-  constexpr bool ALIGNED = END_ALIGNED<CAUSAL, FOLD, WINDOW>;
-  const int lead = ALIGNED ? fold_lead(BLOCK_M, p.m_blocks, t.seqlen_q) : 0;
+  const int lead = FOLD ? fold_lead(BLOCK_M, p.m_blocks, t.seqlen_q) : 0;
   t.m0 = m_blk * BLOCK_M - lead;
-  // past the sequence's end, or (ALIGNED) before its start: the pair's later block's rows end before it
-  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q ||
-      (ALIGNED && t.m0 + (CLUSTER == 2 ? 2 - m_blk % 2 : 1) * BLOCK_M <= 0))
+  if (t.m0 - (CLUSTER == 2 ? m_blk % 2 * BLOCK_M : 0) >= t.seqlen_q || (FOLD && t.m0 + BLOCK_M <= 0))
     return false;
   t.k_start = p.cu_k[t.b];
   t.seqlen_k = p.cu_k[t.b + 1] - t.k_start;
@@ -932,7 +916,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // block's, lost 1-2% to the code (FP8 d256, BF16 d128 folds), and d64's three consumers spilled 12 bytes: both go
   // without.
   constexpr bool WG_BOUNDS = CAUSAL && D >= 128 && BLOCK_M % BLOCK_N != 0;
-  constexpr bool ALIGNED = END_ALIGNED<CAUSAL, FOLD, WINDOW>;  // rows before the first query (tile_at)
   constexpr int O_ROW_BYTES = D * 2;  // one row of the 16-bit output
   static_assert(!E::FP8 || BLOCK_N % KV_BLOCK == 0, "FP8 tiles are whole quantization blocks");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && !FOLD && BLOCK_N % 16 == 0),
@@ -1090,7 +1073,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_wait(&sm.v_full[slot(j)], phase(j));
       release(sm.v_empty, j);
     };
-    if (SKIP_IDLE && !in_sequence<ALIGNED>(wg_m0, t.seqlen_q)) {
+    if (SKIP_IDLE && !in_sequence<FOLD>(wg_m0, t.seqlen_q)) {
       // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups; FOLD: before
       // its start, a first row block's earlier ones): no products
       // and no epilogue, every tile passed on unread; the warpgroups with rows then have the tensor cores to
@@ -1110,7 +1093,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const float* v_scale = nullptr;
     int kv_blocks = 0;
     if constexpr (E::FP8) {
-      if (in_sequence<ALIGNED>(wg_m0, t.seqlen_q))
+      if (in_sequence<FOLD>(wg_m0, t.seqlen_q))
         qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
       const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b] + t.key0 / KV_BLOCK;
       k_scale = p.k_scale + kblk;
@@ -1284,7 +1267,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     const int tq = lane % 4;
     if (!EARLY_TOTALS || n_mine == n_first) row_totals();
     if (o_via_v()) consumers_sync<CONSUMERS>();  // every consumer's last P·V has read the V slots
-    if ((O_STAGE || o_via_v()) && (!ALIGNED || wg_m0 >= 0) && wg_m0 + WG_ROWS <= t.seqlen_q &&
+    if ((O_STAGE || o_via_v()) && (!FOLD || wg_m0 >= 0) && wg_m0 + WG_ROWS <= t.seqlen_q &&
         (!SPLIT || t.split < 0)) {
       // this warpgroup's 64 rows, all inside the sequence, into its part of the O buffer (O_IN_V: of the V slots) in
       // Q's layout ([64 rows x 128 B] panels, 16-byte chunk c of row r at chunk c ^ (r % 8)), four 8-column chunks of
@@ -1324,7 +1307,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = row0 + 8 * i;
-        if (in_sequence<ALIGNED>(row, t.seqlen_q) && (!SPLIT || t.split < 0)) {
+        if (in_sequence<FOLD>(row, t.seqlen_q) && (!SPLIT || t.split < 0)) {
           OutT* out = static_cast<OutT*>(p.out) + (size_t)(t.q_start + row) * p.heads * D + t.h * D;
 #pragma unroll
           for (int nb = 0; nb < D / O_COLS<D>; ++nb)
@@ -1336,7 +1319,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             }
         }
         if constexpr (SPLIT) {
-          if (in_sequence<ALIGNED>(row, t.seqlen_q) && t.split >= 0) {
+          if (in_sequence<FOLD>(row, t.seqlen_q) && t.split >= 0) {
             const size_t at = (size_t)t.split * BLOCK_M + row - t.m0;
             float* out = split.o + at * D;
 #pragma unroll
@@ -1353,7 +1336,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row0 + 8 * i;
-      if (tq == 0 && in_sequence<ALIGNED>(row, t.seqlen_q) && (!SPLIT || t.split < 0))
+      if (tq == 0 && in_sequence<FOLD>(row, t.seqlen_q) && (!SPLIT || t.split < 0))
         p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse[i];
     }
     tiles += n_tiles;
@@ -1392,13 +1375,12 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   using Cols = std::conditional_t<COLS % 4 == 0, float4, float2>;  // a lane's loads: d64's 2 columns are one float2
   constexpr int VEC = sizeof(Cols) / sizeof(float);
   constexpr int TILES = FOLD ? 2 : CLUSTER;  // work tiles per unit
-  constexpr bool ALIGNED = END_ALIGNED<CAUSAL, FOLD, false>;  // no windows split
   __shared__ int slots[MAX_SPLIT_CTAS + 1];
   __shared__ int n_slots;
   const int unit = blockIdx.x / TILES, rank = blockIdx.x % TILES, lane = threadIdx.x % 32;
   WorkTile t;
   if (!tile_at<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD>(p, split.from + blockIdx.x, t) ||
-      !in_sequence<ALIGNED>(t.m0 + blockIdx.y * MERGE_ROWS, t.seqlen_q))
+      !in_sequence<FOLD>(t.m0 + blockIdx.y * MERGE_ROWS, t.seqlen_q))
     return;
   if (threadIdx.x < 32) {
     int n_long = t.n_tiles;  // FOLD: the long work tile's key tiles, where the short one's iterations start
@@ -1432,7 +1414,7 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   }
   __syncthreads();
   const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
-  if (!in_sequence<ALIGNED>(row, t.seqlen_q)) return;
+  if (!in_sequence<FOLD>(row, t.seqlen_q)) return;
   const float* lse = split.lse + r;  // segment x's lse at lse[x * BLOCK_M]
   float m = -INFINITY;
   for (int k = lane; k < n; k += 32) m = fmaxf(m, lse[(size_t)slots[k] * BLOCK_M]);
@@ -1615,8 +1597,7 @@ inline int causal_split(int work_tiles, int m_blocks, int shares, int cluster, i
   if (equal) {
     const int rank = from + m_blocks >= work_tiles ? from % m_blocks : 0, m_blk = m_blocks - 1 - rank;
     const int first = cluster == 2 ? m_blk & ~1 : m_blk, last = cluster == 2 ? m_blk | 1 : m_blk;
-    const int lead = END_ALIGNED<true, false, false> ? fold_lead(block_m, m_blocks, max_seqlen_q) : 0;
-    key_tiles = causal_key_tiles(block_m, block_n, first, last, max_seqlen_q, max_seqlen_k, lead);
+    key_tiles = causal_key_tiles(block_m, block_n, first, last, max_seqlen_q, max_seqlen_k, 0);
   }
   return split_parts(units, shares, key_tiles, SPLIT_MIN_SAVING);
 }
