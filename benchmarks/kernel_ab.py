@@ -50,8 +50,12 @@ def cases(seqlens, dtypes=("bf16", "fp8"), dims=TARGET_HEAD_DIMS, causal_setting
     dims = [d for d in dims if d in bench.CUDA_HEAD_DIMS]
     args = argparse.Namespace(dtypes=list(dtypes), dims=dims, seqlens=seqlens, causal_only=causal_settings is not None,
                               full_only=False, prefill_shape=False, tokens=bench.TOKENS)
-    return [(fp8, d, causal, seqlen, batch, heads,
-             causal_settings or attention_sm90.best_settings(d, fp8, causal, seqlen, True))
+    def settings(d, fp8, causal, seqlen):
+        if causal_settings is not None:
+            return causal_settings
+        return attention_sm90.best_settings(d, fp8, causal, seqlen, True)
+
+    return [(fp8, d, causal, seqlen, batch, heads, settings(d, fp8, causal, seqlen))
             for fp8, d, causal, seqlen, batch, heads, _ in bench.kernel_cases(args)]
 
 

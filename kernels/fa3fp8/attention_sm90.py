@@ -58,17 +58,16 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # mode, 9 rounds, S1K / 2K / 4K / 8K 432 / 533 / 585 / 622 against 426 / 518 / 577 / 615 (a first run, 5 rounds, at
 # 2K-8K: 539 / 581 / 626 against 526 / 580 / 612; `attention-kernels-...-session57-bf16-causal-folds*.json`). d64
 # takes folds of its own settings (three consumers overlapped; session 35, kernels mode, B16 S1K / B4 S4K, 32 heads,
-# medians of 3 rounds,
-# `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two consumers' folds at S1K
-# then) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484 against 250 / 447
-# (cuDNN FP8 293 / 447); at S8K / S16K (`...-session35-d64-8k-16k.json`) level or ahead: BF16 461 / 486 against
-# 458 / 485, FP8 534 / 583 against 525 / 577.
+# medians of 3 rounds, `attention-kernels-nvidia-h200-2026-12-05-session35-d64-folds.json`): BF16 291 / 405 (two
+# consumers' folds at S1K then) against one CTA per work tile's best 237 / 394 (cuDNN 336 / 403); FP8 273 / 484
+# against 250 / 447 (cuDNN FP8 293 / 447); at S8K / S16K (`...-session35-d64-8k-16k.json`) level or ahead: BF16 461 /
+# 486 against 458 / 485, FP8 534 / 583 against 525 / 577.
 SHORT_CAUSAL = {
     (64, False): {"fold": True},
     (64, True): {"fold": True},
     (128, False): {"fold": True},
     (256, False): {"fold": True},
-    (128, True): {"loop": "serial", "consumers": 3, "fold": True},
+    (128, True): {"fold": True},
     (256, True): {"fold": True},
 }
 # Folds pair a long and a short row block of one head where a causal mask makes them unequal: where the longest
@@ -242,9 +241,9 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     FOLDS_OVER_FEWER_KEYS' where the queries outnumber the keys), unless `launch` has fewer queries than
     FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
     SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys): (sequences x heads, the
-    longest sequence's queries, the device's SMs); other causal attention
-    whose three consumers would fill fewer than FEW_WAVES[fp8] waves of the SMs takes three consumers or
-    FEW_WAVES_SETTINGS, whichever few_waves_time models shorter."""
+    longest sequence's queries, the device's SMs); other causal attention whose three consumers would fill fewer than
+    FEW_WAVES[fp8] waves of the SMs takes three consumers or FEW_WAVES_SETTINGS, whichever few_waves_time models
+    shorter."""
     settings = FASTER.get((d, fp8, bool(causal)))
     if settings is None or max_seqlen_k is None:
         return settings

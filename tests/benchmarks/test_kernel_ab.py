@@ -33,6 +33,8 @@ def test_causal_settings_time_the_causal_shapes_only_on_those_settings(ab):
         (True, 128, True, 2048), (True, 128, True, 4096)
     ]
     assert all(settings == folds for *_, settings in cases)
+    # no settings given are the launcher's defaults, not the API's choice
+    assert all(settings == {} for *_, settings in ab.cases([4096], dtypes=["fp8"], dims=[128], causal_settings={}))
 
 
 def test_window_cases_are_causal_on_the_window_settings_and_shorter_than_the_sequence(ab):
