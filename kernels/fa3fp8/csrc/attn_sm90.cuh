@@ -1075,10 +1075,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     };
     if (SKIP_IDLE && !in_sequence<FOLD>(wg_m0, t.seqlen_q)) {
       // every row of this warpgroup lies past the sequence's end (a last row block's later warpgroups; FOLD: before
-      // its start, a first row block's earlier ones): no products
-      // and no epilogue, every tile passed on unread; the warpgroups with rows then have the tensor cores to
-      // themselves. It leaves before O is set up: inside the loop's branches, ptxas zeroed O twice and rescheduled
-      // the 16-bit loops (BF16 d256 causal folds -5.6% at S4K, H100, session 37)
+      // its start, a first row block's earlier ones): no products and no epilogue, every tile passed on unread; the
+      // warpgroups with rows then have the tensor cores to themselves. It leaves before O is set up: inside the
+      // loop's branches, ptxas zeroed O twice and rescheduled the 16-bit loops (BF16 d256 causal folds -5.6% at S4K,
+      // H100, session 37)
       mbar_wait(&sm.q_full, items & 1);
       for (int j = 0; j < n_tiles; ++j) pass_tile(j);
       if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
