@@ -88,6 +88,13 @@ FOLDS_MIN_QUERY_SHARE = 0.25
 # 292 / 282, 380 / 348, 437 / 391 and FP8 319 / 272, 431 / 352, 525 / 416
 # (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session57-end-aligned-*.json`).
 FOLDS_OVER_FEWER_KEYS = {"loop": "overlap", "consumers": 2}
+# (head dim, fp8) -> the most keys per sequence over which short causal folds take FOLDS_OVER_FEWER_KEYS' two
+# consumers too, where three consumers' folds trail theirs (16-bit; FP8's three lead at every length timed, d128 S256
+# 199 TFLOPS against 179, d64 124 against 121). H100, session 58, kernels mode, medians of 9 interleaved rounds,
+# three consumers' folds against two's at S 256 / 512 / 640 / 768 / 896 / 1K: BF16 d128 146 / 266 / 307 / 350 /
+# 396 / 433 against 156 / 284 / 313 / 361 / 392 / 429; d64 109 / 187 / 216 / 252 / 263 / 292 against 131 / 200 /
+# 210 / 247 / 255 / 282 (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session58-short-causal*.json`).
+FOLDS_TWO_CONSUMERS_MAX_KEYS = {(64, False): 512, (128, False): 768}
 # (head dim, fp8) -> the most keys per sequence for which causal attention over sequences of one length takes
 # SHORT_CAUSAL's folds, where that is beyond SHORT_CAUSAL_MAX_KEYS: there the folds split their last round (sequences
 # of unequal lengths do not split, and whole folds fill 132 CTAs to 87% at S16K). H200, session 13, FP8 d128 causal,
@@ -95,7 +102,8 @@ FOLDS_OVER_FEWER_KEYS = {"loop": "overlap", "consumers": 2}
 # at S64K they are level (922 against 929, 3 rounds), and BF16 d128 / FP8 d256 folds stay behind or level from 16K.
 EQUAL_LENGTHS_FOLDS_MAX_KEYS = {(128, True): 16384}
 # Without a causal mask, attention over at most this many keys per sequence takes SHORT_FULL's settings: BF16/FP16
-# d128 on two consumers overlapped over 128-key tiles, paired, which leave no masked remainder where 176-key ones leave
+# d128 on two consumers overlapped over 128-key tiles (alone since session 58: PAIRS_MIN_KEYS; timed below in pairs),
+# which leave no masked remainder where 176-key ones leave
 # up to 3% of their keys past the end and a last tile of the masked softmax. H200, session 16, pairs of CTAs, TFLOPS,
 # medians of 5 interleaved rounds, 128-key / 176-key tiles: S1K 487 / 470, 2K 547 / 541 (540 / 530 in a second run),
 # 3K 580 / 563, 4K 593 / 581 (582 / 570); from 6K the 176-key tiles lead: 602 / 615 at 6K, 600 / 616 at 8K, 632 / 638
@@ -172,6 +180,14 @@ CLUSTER = {
 # mask, 5 rounds: S2K (11 blocks of 192 rows) alone 751 TFLOPS against paired 704; S1K (6 blocks) 618 / 611 and S4K
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
+# Without a causal mask, over fewer keys per sequence than this, CTAs run alone: a pair's lockstep then costs more
+# than its halved K/V loads save. H100, session 58, kernels mode, medians of 7 interleaved rounds, alone against
+# paired at S 1K / 1.5K / 3K / 4K, TFLOPS: BF16 d128 two consumers on 128-key tiles (SHORT_FULL) 567 / 585 / 626 /
+# 637 against 521 / 561 / 610 / 632, three consumers 540 / 626 / 653 / 638 against 536 / 613 / 654 / 652; BF16
+# d256 613 / 624 / 673 / 689 against 591 / 594 / 659 / 684; FP8 d128 three consumers 731 / 872 / 904 / 897 against
+# 703 / 848 / 913 / 899; FP8 d256 944 / 983 / 1123 / 1169 against 911 / 956 / 1130 / 1186
+# (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session58-pairs*.json`).
+PAIRS_MIN_KEYS = 3072
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cuh's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -238,7 +254,8 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as the
     longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers' folds
-    FOLDS_OVER_FEWER_KEYS' where the queries outnumber the keys), unless `launch` has fewer queries than
+    FOLDS_OVER_FEWER_KEYS' where the queries outnumber the keys or the keys are at most
+    FOLDS_TWO_CONSUMERS_MAX_KEYS), unless `launch` has fewer queries than
     FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
     SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys): (sequences x heads, the
     longest sequence's queries, the device's SMs); other causal attention whose three consumers would fill fewer than
@@ -254,7 +271,9 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     short_causal = SHORT_CAUSAL.get((d, fp8))
     if causal and short_causal is not None and max_seqlen_k <= limit and not few_queries:
         folds = {**settings, **short_causal}
-        if folds.get("consumers") == 3 and launch is not None and launch[1] > max_seqlen_k:
+        few_keys = max_seqlen_k <= FOLDS_TWO_CONSUMERS_MAX_KEYS.get((d, fp8), 0)
+        more_queries = launch is not None and launch[1] > max_seqlen_k
+        if folds.get("consumers") == 3 and (few_keys or more_queries):
             folds.update(FOLDS_OVER_FEWER_KEYS)
         return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
@@ -308,7 +327,8 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
     consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the
     longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below
     PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past the end; and 1
-    for causal attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (`max_seqlen_k`, None: unknown)."""
+    over fewer than PAIRS_MIN_KEYS keys per sequence (`max_seqlen_k`, None: unknown), causal attention over at most
+    SHORT_CAUSAL_MAX_KEYS."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
@@ -316,8 +336,9 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
         pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
     blocks = None if max_seqlen_q is None else row_blocks(max_seqlen_q, WG_ROWS * consumers)
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
-    short_causal = causal and max_seqlen_k is not None and max_seqlen_k <= SHORT_CAUSAL_MAX_KEYS
-    return CLUSTER[(d, fp8, causal)] if pairs and not fold and not wasteful and not short_causal else 1
+    min_keys = SHORT_CAUSAL_MAX_KEYS + 1 if causal else PAIRS_MIN_KEYS
+    short = max_seqlen_k is not None and max_seqlen_k < min_keys
+    return CLUSTER[(d, fp8, causal)] if pairs and not fold and not wasteful and not short else 1
 
 
 def serves_fp8(d: int, block_m: int, block_n: int) -> bool:

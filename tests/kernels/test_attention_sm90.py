@@ -301,6 +301,18 @@ def test_causal_attention_over_short_keys_runs_alone():
                                       causal=True, max_seqlen_k=4096) == 1
 
 
+def test_attention_without_a_mask_over_few_keys_runs_alone():
+    # a pair's lockstep costs more than its halved K/V loads save over fewer than PAIRS_MIN_KEYS keys
+    bound = attention_sm90.PAIRS_MIN_KEYS
+    for d, fp8, loop, consumers, block_n in [(128, False, "overlap", 2, 128), (128, False, "serial", 3, 128),
+                                             (256, False, "overlap", 2, 80), (128, True, "serial", 3, 128),
+                                             (256, True, "overlap", 2, 128)]:
+        pairs = functools.partial(attention_sm90.cluster_for, d, fp8, loop, consumers, block_n, max_seqlen_q=4096)
+        assert pairs(max_seqlen_k=bound - 1) == 1, (d, fp8, consumers)
+        assert pairs(max_seqlen_k=bound) == 2, (d, fp8, consumers)
+        assert pairs() == 2, (d, fp8, consumers)  # keys unknown
+
+
 def test_supported_blocks(monkeypatch):
     monkeypatch.setattr(cuda_build, "available", lambda: True)
     assert attention_sm90.supported(64, 64, 128)
@@ -371,20 +383,26 @@ def test_short_causal_fp8_d128_folds_take_three_consumers_unless_the_queries_out
     assert attention_sm90.best_settings(128, True, False, 1024)["consumers"] == 3  # without a mask three lead
 
 
-def test_short_causal_d64_folds_take_three_consumers_unless_the_queries_outnumber_the_keys():
+def test_short_causal_d64_folds_take_three_consumers_unless_the_keys_are_few_or_outnumbered():
     for fp8 in (False, True):
-        for keys in (512, 1024, 1280, 2048, 4096, 8192):
+        for keys in (640, 1024, 1280, 2048, 4096, 8192):
             settings = attention_sm90.best_settings(64, fp8, True, keys)
             assert settings == {"loop": "overlap", "consumers": 3, "fold": True}, (fp8, keys)
         assert attention_sm90.best_settings(64, fp8, True, 3072, launch=(32, 6144, 132))["consumers"] == 2
+    # over at most FOLDS_TWO_CONSUMERS_MAX_KEYS keys 16-bit folds take two consumers, FP8's keep three
+    for keys in (1, 256, 512):
+        assert attention_sm90.best_settings(64, False, True, keys) == {"loop": "overlap", "consumers": 2, "fold": True}
+        assert attention_sm90.best_settings(64, True, True, keys)["consumers"] == 3, keys
 
 
-def test_attention_without_a_mask_takes_128_key_pairs_at_16bit_d128():
-    # two consumers overlapped up to SHORT_FULL_MAX_KEYS keys, three in order beyond (192-row blocks), paired
+def test_attention_without_a_mask_takes_128_key_tiles_at_16bit_d128():
+    # two consumers overlapped up to SHORT_FULL_MAX_KEYS keys (alone: fewer than PAIRS_MIN_KEYS), three in order
+    # beyond (192-row blocks), paired
     limit = attention_sm90.SHORT_FULL_MAX_KEYS
     for keys in (1024, limit):
         settings = attention_sm90.best_settings(128, False, False, keys)
         assert settings == {"loop": "overlap", "consumers": 2, "block_n": 128}, keys
+        assert attention_sm90.cluster_for(128, False, "overlap", 2, settings["block_n"], max_seqlen_k=keys) == 1
         assert attention_sm90.cluster_for(128, False, "overlap", 2, settings["block_n"]) == 2
     for keys in (limit + 1, 16384, None):
         settings = attention_sm90.best_settings(128, False, False, keys)
@@ -402,11 +420,13 @@ def test_long_causal_16bit_d128_attention_takes_three_consumers_in_pairs():
     for keys in (limit + 1, 65536, None):
         assert attention_sm90.best_settings(128, False, True, keys) == three, keys
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, causal=True) == 2
-    for keys in (1000, 4096, limit):
+    for keys in (769, 1000, 4096, limit):
         assert attention_sm90.best_settings(128, False, True, keys) == {**three, "fold": True}, keys
     assert attention_sm90.cluster_for(128, False, "serial", 3, 128, fold=True, causal=True) == 1
-    assert attention_sm90.best_settings(128, False, True, 3072, launch=(32, 6144, 132)) == {
-        "loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
+    two = {"loop": "overlap", "consumers": 2, "block_n": 128, "fold": True}
+    assert attention_sm90.best_settings(128, False, True, 3072, launch=(32, 6144, 132)) == two
+    for keys in (256, 768):  # few keys: FOLDS_TWO_CONSUMERS_MAX_KEYS
+        assert attention_sm90.best_settings(128, False, True, keys) == two, keys
 
 
 def test_causal_attention_of_few_waves_takes_the_consumers_of_the_shorter_modeled_time():
