@@ -180,14 +180,15 @@ CLUSTER = {
 # mask, 5 rounds: S2K (11 blocks of 192 rows) alone 751 TFLOPS against paired 704; S1K (6 blocks) 618 / 611 and S4K
 # (22 blocks) 810 / 813, where no block is wasted.
 PAIRS_MIN_ODD_BLOCKS = 32
-# Without a causal mask, over fewer keys per sequence than this, CTAs run alone: a pair's lockstep then costs more
-# than its halved K/V loads save. H100, session 58, kernels mode, medians of 7 interleaved rounds, alone against
-# paired at S 1K / 1.5K / 3K / 4K, TFLOPS: BF16 d128 two consumers on 128-key tiles (SHORT_FULL) 567 / 585 / 626 /
-# 637 against 521 / 561 / 610 / 632, three consumers 540 / 626 / 653 / 638 against 536 / 613 / 654 / 652; BF16
-# d256 613 / 624 / 673 / 689 against 591 / 594 / 659 / 684; FP8 d128 three consumers 731 / 872 / 904 / 897 against
-# 703 / 848 / 913 / 899; FP8 d256 944 / 983 / 1123 / 1169 against 911 / 956 / 1130 / 1186
-# (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session58-pairs*.json`).
-PAIRS_MIN_KEYS = 3072
+# (head dim, fp8) -> without a causal mask, over fewer keys per sequence than this, CTAs run alone: a pair's lockstep
+# then costs more than its halved K/V loads save. H100, session 58, kernels mode, medians of 7 interleaved rounds,
+# alone against paired at S 1K / 1.5K / 2K / 2.5K / 3K / 4K, TFLOPS: BF16 d128 two consumers on 128-key tiles
+# (SHORT_FULL) 567 / 585 / 615 / 619 / 626 / 637 against 521 / 561 / 590 / 606 / 610 / 632, three consumers 540 / 626
+# / - / - / 653 / 638 against 536 / 613 / - / - / 654 / 652; BF16 d256 613 / 624 / 689 / 682 / 673 / 689 against 591
+# / 594 / 669 / 664 / 659 / 684; FP8 d128 three consumers 731 / 872 / 872 / 852 / 904 / 897 against 703 / 848 / 819
+# (11 blocks: alone anyway) / 884 / 913 / 899; FP8 d256 944 / 983 / 1121 / 1111 / 1123 / 1169 against 911 / 956 /
+# 1107 / 1100 / 1130 / 1186 (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session58-pairs*.json`).
+PAIRS_MIN_KEYS = {(128, False): 3072, (256, False): 3072, (128, True): 2560, (256, True): 3072}
 LOOPS = {"serial": 0, "overlap": 1}  # csrc/attn_sm90.cuh's Loop
 # (head dim, fp8) -> loop (benchmarks/results/attention-kernels-*.json, H200, S16K). With the conditional O rescale
 # (session 5) the overlapped loop leads everywhere: BF16 d128 646 / 622 TFLOPS full / causal against serial's
@@ -327,8 +328,8 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
     consumers in order; FP8: 128-key tiles, two consumers overlapped or three in order), else 1; also 1 when the
     longest sequence's queries (`max_seqlen_q`, None: unknown) fill an odd number of CTA row blocks below
     PAIRS_MIN_ODD_BLOCKS, one included: its last pair's second CTA then computes a whole row block past the end; and 1
-    over fewer than PAIRS_MIN_KEYS keys per sequence (`max_seqlen_k`, None: unknown), causal attention over at most
-    SHORT_CAUSAL_MAX_KEYS."""
+    over fewer than PAIRS_MIN_KEYS[(d, fp8)] keys per sequence (`max_seqlen_k`, None: unknown), causal attention over
+    at most SHORT_CAUSAL_MAX_KEYS."""
     if fp8:
         pairs = block_n == 128 and (consumers == 3 or loop == "overlap")
     else:
@@ -336,7 +337,7 @@ def cluster_for(d: int, fp8: bool, loop: str, consumers: int, block_n: int, fold
         pairs = (loop == "overlap" and block_n == BLOCK_N_16BIT[d][0]) or narrow
     blocks = None if max_seqlen_q is None else row_blocks(max_seqlen_q, WG_ROWS * consumers)
     wasteful = blocks is not None and blocks % 2 == 1 and blocks < PAIRS_MIN_ODD_BLOCKS
-    min_keys = SHORT_CAUSAL_MAX_KEYS + 1 if causal else PAIRS_MIN_KEYS
+    min_keys = SHORT_CAUSAL_MAX_KEYS + 1 if causal else PAIRS_MIN_KEYS.get((d, fp8), 0)
     short = max_seqlen_k is not None and max_seqlen_k < min_keys
     return CLUSTER[(d, fp8, causal)] if pairs and not fold and not wasteful and not short else 1
 

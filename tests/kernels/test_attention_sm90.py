@@ -303,10 +303,10 @@ def test_causal_attention_over_short_keys_runs_alone():
 
 def test_attention_without_a_mask_over_few_keys_runs_alone():
     # a pair's lockstep costs more than its halved K/V loads save over fewer than PAIRS_MIN_KEYS keys
-    bound = attention_sm90.PAIRS_MIN_KEYS
     for d, fp8, loop, consumers, block_n in [(128, False, "overlap", 2, 128), (128, False, "serial", 3, 128),
                                              (256, False, "overlap", 2, 80), (128, True, "serial", 3, 128),
                                              (256, True, "overlap", 2, 128)]:
+        bound = attention_sm90.PAIRS_MIN_KEYS[(d, fp8)]
         pairs = functools.partial(attention_sm90.cluster_for, d, fp8, loop, consumers, block_n, max_seqlen_q=4096)
         assert pairs(max_seqlen_k=bound - 1) == 1, (d, fp8, consumers)
         assert pairs(max_seqlen_k=bound) == 2, (d, fp8, consumers)
