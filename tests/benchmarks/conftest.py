@@ -85,3 +85,9 @@ def accuracy():
 def clocks():
     """benchmarks/gpu_clocks.py"""
     return _load("gpu_clocks")
+
+
+@pytest.fixture(scope="module")
+def anatomy_bench():
+    """benchmarks/call_anatomy.py"""
+    return _load("call_anatomy")
