@@ -878,7 +878,7 @@ constexpr bool EARLY_Q = CLUSTER == 1;
 // An experiment's switch (-DFA3FP8_PDL_MERGE=1, off; built in session 58, not yet run on a GPU): the tail split's
 // merge_segments launched as a programmatic dependent of the kernel, which lets it launch at its start, so that the
 // merge's CTAs take the SMs its CTAs leave and list their segments before they wait for its results
-// (griddepcontrol), instead of launching once it has ended. A split work tile always has rows, so some merge CTA
+// (griddepcontrol), instead of launching once it has ended. A split has work tiles with rows, so some merge CTA
 // waits, and the merge (what the stream's next work waits for) never ends before the kernel.
 #ifndef FA3FP8_PDL_MERGE
 #define FA3FP8_PDL_MERGE 0
