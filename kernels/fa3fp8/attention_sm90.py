@@ -42,9 +42,9 @@ SHORT_CAUSAL_MAX_KEYS = 8192
 # (head dim, fp8) -> the settings of short causal attention: persistent CTAs dealt folds (a long and a short row block
 # of one head), which overlap each work tile's prologue and epilogue with the next one's loads, where one CTA per
 # work tile pays them in full; d128 on three consumers in order, as at other lengths, BF16/FP16 on 128-key tiles
-# (4096 keys are 24 tiles of 176, 3.1% of them padding; FOLDS_OVER_FEWER_KEYS below where queries outnumber keys);
-# FP8 d128 (whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and the fold
-# split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
+# (4096 keys are 24 tiles of 176, 3.1% of them padding; TWO_CONSUMER_FOLDS below where queries outnumber keys,
+# or the keys are few); FP8 d128 (whole folds of their 192-row blocks fill 132 CTAs to 87-89% at S4K and S16K, and
+# the fold split fills the last round: session 13, S 4K / 16K / 64K, 3 rounds,
 # 690 / 842 / 922 against 649 / 798 / 921 unsplit, two consumers' folds 684 / 810 / 841 and one CTA per work tile
 # 657 / 831 / 929). H200, session 11, causal, TFLOPS, medians of 5 interleaved rounds at S 4K / 8K / 16K /
 # 64K, folds against one CTA per work tile: BF16 d128 521 / 538 / 606 / 614 against 503 / 531 / 610 / 633
@@ -87,8 +87,8 @@ FOLDS_MIN_QUERY_SHARE = 0.25
 # against two's at S1K / S2K / S4K: FP8 d128 552 / 480, 729 / 646, 810 / 762 (cuDNN FP8 429 / 580 / 737); d64 BF16
 # 292 / 282, 380 / 348, 437 / 391 and FP8 319 / 272, 431 / 352, 525 / 416
 # (`attention-kernels-nvidia-h100-80gb-hbm3-2026-12-07-session57-end-aligned-*.json`).
-FOLDS_OVER_FEWER_KEYS = {"loop": "overlap", "consumers": 2}
-# (head dim, fp8) -> the most keys per sequence over which short causal folds take FOLDS_OVER_FEWER_KEYS' two
+TWO_CONSUMER_FOLDS = {"loop": "overlap", "consumers": 2}
+# (head dim, fp8) -> the most keys per sequence over which short causal folds take TWO_CONSUMER_FOLDS' two
 # consumers too, where three consumers' folds trail theirs (16-bit; FP8's three lead at every length timed, d128 S256
 # 199 TFLOPS against 179, d64 124 against 121). H100, session 58, kernels mode, medians of 9 interleaved rounds,
 # three consumers' folds against two's at S 256 / 512 / 640 / 768 / 896 / 1K: BF16 d128 146 / 266 / 307 / 350 /
@@ -256,7 +256,7 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
     """This kernel's launcher settings where it measured faster than the Triton kernel (FASTER), else None; causal
     attention over at most SHORT_CAUSAL_MAX_KEYS keys per sequence (with `equal_lengths`, every sequence as long as the
     longest: EQUAL_LENGTHS_FOLDS_MAX_KEYS where that is more) takes SHORT_CAUSAL's instead (three consumers' folds
-    FOLDS_OVER_FEWER_KEYS' where the queries outnumber the keys or the keys are at most
+    TWO_CONSUMER_FOLDS' where the queries outnumber the keys or the keys are at most
     FOLDS_TWO_CONSUMERS_MAX_KEYS), unless `launch` has fewer queries than
     FOLDS_MIN_QUERY_SHARE of the keys; attention without a causal mask over at most SHORT_FULL_MAX_KEYS keys
     SHORT_FULL's. `launch`, where known (else the queries are taken as many as the keys): (sequences x heads, the
@@ -276,7 +276,7 @@ def best_settings(d: int, fp8: bool, causal: bool, max_seqlen_k: int | None = No
         few_keys = max_seqlen_k <= FOLDS_TWO_CONSUMERS_MAX_KEYS.get((d, fp8), 0)
         more_queries = launch is not None and launch[1] > max_seqlen_k
         if folds.get("consumers") == 3 and (few_keys or more_queries):
-            folds.update(FOLDS_OVER_FEWER_KEYS)
+            folds.update(TWO_CONSUMER_FOLDS)
         return folds
     if not causal and max_seqlen_k <= SHORT_FULL_MAX_KEYS:
         return {**settings, **SHORT_FULL.get((d, fp8), {})}

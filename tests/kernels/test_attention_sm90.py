@@ -521,8 +521,8 @@ def test_fp8_layout_follows_the_kernel_that_will_read_it(monkeypatch):
 @needs_nvcc
 def test_d64_runs_three_consumers_overlapped_on_settings_it_builds():
     # FASTER's d64 entry (no pairs or short-key settings without a mask at d64), short causal attention in folds
-    # (three consumers; two where the queries outnumber the keys), and the launchers' defaults (FA3FP8_KERNEL=cuda
-    # without best settings) are built too; windows at d64 stay on the Triton kernel
+    # (three consumers; two where the queries outnumber the keys or, 16-bit, the keys are few), and the launchers'
+    # defaults (FA3FP8_KERNEL=cuda without best settings) are built too; windows at d64 stay on the Triton kernel
     three = {"loop": "overlap", "consumers": 3}
     for fp8, causal, keys in itertools.product((False, True), (False, True), (None, 1024, 4096, 65536)):
         settings = attention_sm90.best_settings(64, fp8, causal, keys)
