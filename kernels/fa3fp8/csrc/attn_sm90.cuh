@@ -892,8 +892,7 @@ constexpr bool PDL_MERGE = FA3FP8_PDL_MERGE;
 // Persistent: each CTA takes work tiles blockIdx.x, blockIdx.x + gridDim.x, ... (FOLD: folds, see next_work); the ring
 // and Q's barriers run on across them, so the producer loads the next work tile's Q and first K/V tiles while the
 // consumers finish the last P·V and the epilogue of the current one.
-// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile
-// (WINDOW_PERSISTENT: persistent CTAs).
+// WINDOW: causal attention in a sliding window of p.window_left + 1 keys (tile_at), unsplit, one CTA per work tile.
 template <class E, int D, int BLOCK_N, int STAGES, int CONSUMERS, bool CAUSAL, int LOOP, typename OutT, int CLUSTER,
           bool FOLD, bool WINDOW = false>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
@@ -1646,14 +1645,6 @@ TailSplit plan_split(const Params& p, const Launch& l, int ctas) {
                    from + segments, 0};
 }
 
-// An experiment's switch (-DFA3FP8_WINDOW_PERSISTENT=1, off; built in session 52, not yet run on a GPU): windowed
-// launches of persistent CTAs, each taking work tiles blockIdx.x, + gridDim.x, ... (the kernel's loop as without a
-// mask) instead of one CTA per work tile. Host code only: every kernel's machine code is the same either way.
-#ifndef FA3FP8_WINDOW_PERSISTENT
-#define FA3FP8_WINDOW_PERSISTENT 0
-#endif
-constexpr bool WINDOW_PERSISTENT = FA3FP8_WINDOW_PERSISTENT;
-
 // static: internal linkage, so that its KernelFacts are this library's own. A template function's local static has
 // vague linkage otherwise, which the dynamic linker unifies across libraries loaded into one process (two builds of
 // this one in benchmarks/kernel_ab.py: the second then took the first's "already allowed" and failed to launch).
@@ -1691,9 +1682,7 @@ static cudaError_t launch(const Launch& l) {
   // lets the hardware deal them in order, head by head and longest first; one of at most l.split_rounds rounds
   // splits its last round's work tiles (all of them when fewer than SMs) along the keys instead (plan_split). FOLD
   // deals persistent CTAs whole folds (a long and a short row block of one head, equal work for every fold).
-  // WINDOW_PERSISTENT: a window's work tiles are about equally long (a sequence's first window's shorter), so its CTAs
-  // may persist too and overlap each work tile's first loads with the last one's epilogue.
-  constexpr bool PERSISTENT = !CAUSAL || FOLD || (WINDOW && WINDOW_PERSISTENT);
+  constexpr bool PERSISTENT = !CAUSAL || FOLD;
   constexpr bool SPLIT = splits_tail<E, D>() && !WINDOW;  // as the kernel's: windows never split
   int grid = FOLD ? p.work_tiles / 2 : p.work_tiles;
   cudaLaunchAttribute cluster;
