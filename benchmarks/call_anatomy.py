@@ -95,16 +95,21 @@ def traced(fn, calls):
             return kernel_events(json.load(f)), host_us
 
 
-def runners(dtype, d, seqlen, causal):
-    """{impl: closure} of one case: fa3fp8 and its dtype's peer (None where the cuDNN frontend is missing)."""
+def runners(dtype, d, seqlen, causal, peers=True):
+    """{impl: closure} of one case: fa3fp8 and (with `peers`) its dtype's peer (None where the cuDNN frontend is
+    missing)."""
     batch, heads = bench.shape_for(seqlen, d)
     q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, "cuda", seed=seqlen + d)
     if dtype == "fp8":
         bundle = fa3fp8.quantize_qkv(q, k, v)
-        return {"fa3fp8": lambda: fa3fp8.flash_attn_fp8_func(bundle, causal=causal),
-                "cudnn-fp8": bench.cudnn_fp8_peer(q, k, v, causal, f"d{d} S{seqlen}")}
-    return {"fa3fp8": lambda: fa3fp8.flash_attn_func(q, k, v, causal=causal),
-            "sdpa-cudnn": bench.sdpa_runner("sdpa-cudnn", q, k, v, causal)}
+        found = {"fa3fp8": lambda: fa3fp8.flash_attn_fp8_func(bundle, causal=causal)}
+        if peers:
+            found["cudnn-fp8"] = bench.cudnn_fp8_peer(q, k, v, causal, f"d{d} S{seqlen}")
+        return found
+    found = {"fa3fp8": lambda: fa3fp8.flash_attn_func(q, k, v, causal=causal)}
+    if peers:
+        found["sdpa-cudnn"] = bench.sdpa_runner("sdpa-cudnn", q, k, v, causal)
+    return found
 
 
 def main():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: the GPU tests of fa3fp8, then the config sweep and/or the benchmarks.
 #   bash benchmarks/gpu_check.sh [tests] [cuda] [kernels] [sweep] [sweep-fp8] [bench] [quick] [asm] [few] [decode]
-#                                [e2e] [ab] [window] [host] [anatomy] [profile] [pack]
+#                                [e2e] [ab] [window] [host] [anatomy] [timeline] [profile] [pack]
 # Writes logs and results under $OUT (default benchmarks/results); `pack` moves what this call wrote there into one
 # archive, $OUT/gpu-check.tgz (a device call brings back at most 8 files). Needs python3 with torch + triton; the
 # cuDNN FP8 peer and e2e need what scripts/gpu_carry.sh puts in .whl/ and .tools/minilm, carried to the machine.
@@ -89,6 +89,12 @@ fi
 if [[ "$steps" == *" anatomy "* ]]; then  # each call's kernels and idle time (ANATOMY_ARGS: call_anatomy.py's options)
     python3 benchmarks/call_anatomy.py --out "$OUT" ${ANATOMY_ARGS:-} 2>&1 | tee "$OUT/call-anatomy.log" | tail -20 \
         || status=1
+fi
+if [[ "$steps" == *" timeline "* ]]; then
+    # the kernel's clock per work item (TIMELINE_ARGS: timeline.py's options), on the library built with the
+    # instrument's switch: in .lib/ab where `scripts/gpu_carry.sh --ab -DFA3FP8_TIMELINE=1` put it, else built there
+    FA3FP8_NVCC_FLAGS=-DFA3FP8_TIMELINE=1 FA3FP8_CACHE_DIR="$PWD/.lib/ab" python3 benchmarks/timeline.py --out "$OUT" \
+        ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -20 || status=1
 fi
 if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1

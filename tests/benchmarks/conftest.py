@@ -91,3 +91,9 @@ def clocks():
 def anatomy_bench():
     """benchmarks/call_anatomy.py"""
     return _load("call_anatomy")
+
+
+@pytest.fixture(scope="module")
+def timeline_bench():
+    """benchmarks/timeline.py"""
+    return _load("timeline")

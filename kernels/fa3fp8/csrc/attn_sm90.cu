@@ -374,6 +374,16 @@ int fa3fp8_fold_key_tiles(int block_m, int m_blocks, int seqlen_q, int seqlen_k)
   return -1;
 }
 
+#if FA3FP8_TIMELINE
+// TIMELINE builds (timeline.cuh): every later launch records into `records`, ctas CTAs' records of TIMELINE_ROLES x
+// TIMELINE_WORDS 64-bit words each (null: no more records)
+void fa3fp8_timeline(void* records, int ctas) { timeline = Timeline{static_cast<uint64_t*>(records), ctas}; }
+#endif
+
 }  // extern "C"
+
+#if FA3FP8_TIMELINE
+Timeline timeline{};
+#endif
 
 }  // namespace fa3fp8

@@ -34,6 +34,8 @@
 #include <atomic>
 #include <type_traits>
 
+#include "timeline.cuh"
+
 namespace fa3fp8 {
 
 constexpr int WG_ROWS = 64;  // query rows per consumer warpgroup; a CTA has 2 or 3 consumers
@@ -104,6 +106,9 @@ struct Params {
   int m_blocks;
   int work_tiles;
   int window_left;  // WINDOW kernels: the keys a query sees before its own (a causal sliding window of window_left + 1)
+#if FA3FP8_TIMELINE
+  Timeline timeline;  // where attn_fwd records its clock (timeline.cuh)
+#endif
 };
 
 // Tail split (see plan_split): the work tiles from `from` on, `units` work units (a CTA's work tile, a pair's two, or
@@ -963,15 +968,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // producer: one thread issues every TMA copy; the warpgroup gives its registers to the consumers
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (threadIdx.x != 0) return;
+    if constexpr (TIMELINE) record_edge(p, true, 0, false);
     int tiles = 0, items = 0;  // K/V tiles and work tiles loaded so far: the ring's and Q's phases
     int keyed = 0;             // O_IN_V: work tiles with keys so far, o_free's phase
     for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
+      if constexpr (TIMELINE) record_event(p, true, 0, items, EV_TOP);
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
         tma_load(sm.q + pn * BLOCK_M * QK_ROW, &map_q, t.h * ROW_BYTES + pn * QK_ROW, t.q_start + t.m0, &sm.q_full);
+      if constexpr (TIMELINE) record_event(p, true, 0, items, EV_Q);
       // FP8: this sequence's first and last block's columns of V transposed. A tile's block past the last loads the
       // last again: its keys are masked (P is 0), and the bundle's columns past its last block are not initialized.
       const int vcol = E::FP8 ? p.cu_bk[t.b] * KV_BLOCK + t.key0 : 0;
@@ -1006,7 +1014,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         } else {
           load_rows(sm.v[s], &map_v, &sm.v_full[s], j);
         }
+        if constexpr (TIMELINE)
+          if (j == 0) record_event(p, true, 0, items, EV_FIRST);
       }
+      if constexpr (TIMELINE) record_event(p, true, 0, items, EV_LOOP);
+      if constexpr (TIMELINE) record_info(p, true, 0, items, w, t.n_tiles, SPLIT && t.split >= 0);
       tiles += t.n_tiles;
       ++items;
       if constexpr (O_IN_V) keyed += t.n_tiles > 0;
@@ -1020,6 +1032,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       if (O_IN_V && keyed > 0) mbar_wait(&sm.o_free, (keyed - 1) & 1);  // the peer's last arrivals here
     }
+    if constexpr (TIMELINE) record_edge(p, true, 0, true);
     return;
   }
 
@@ -1029,10 +1042,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const int tw = threadIdx.x % 128;
   const int lane = tw % 32;
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
+  if constexpr (TIMELINE) record_edge(p, tw == 0, wg, false);
   int tiles = 0, items = 0;
   for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
     if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
+    if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_TOP);
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
     const int n_tiles = t.n_tiles;
@@ -1090,10 +1105,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       // loop's branches, ptxas zeroed O twice and rescheduled the 16-bit loops (BF16 d256 causal folds -5.6% at S4K,
       // H100, session 37)
       mbar_wait(&sm.q_full, items & 1);
+      if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_Q);
       for (int j = 0; j < n_tiles; ++j) pass_tile(j);
       if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);
       if (o_via_v()) consumers_sync<CONSUMERS>();  // as the warpgroups with rows do before they write O there
       free_o();
+      if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_END);
+      if constexpr (TIMELINE) record_info(p, tw == 0, wg, items, w, 0, SPLIT && t.split >= 0);
       tiles += n_tiles;
       ++items;
       continue;
@@ -1136,6 +1154,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
 
     mbar_wait(&sm.q_full, items & 1);
+    if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_Q);
 
     // per-block scales are read before the barrier waits so their latency hides behind the copies and wgmma; a
     // tile's second block may lie past the sequence's last (its keys are masked), and reads that last one's scales
@@ -1231,6 +1250,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         float ks[SB], vs[SB];
         scales(n_first, ks, vs);
         qk_alone(n_first);
+        if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_FIRST);
         softmax_tile(n_first, ks, vs);
         rescale();
         pack_p<E>(s_acc, pa);
@@ -1259,6 +1279,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       }
       if (n_mine > n_first) pv_alone(n_mine - 1);
     } else {
+      if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_FIRST);  // kept out of the loop: its start
       for (int j = n_first; j < n_mine; ++j) {
         float ks[SB], vs[SB];
         scales(j, ks, vs);
@@ -1269,6 +1290,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         pv_alone(j);
       }
     }
+    if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_LOOP);
     for (int j = n_mine; j < n_tiles; ++j) pass_tile(j);  // past this warpgroup's rows: the others read them
     if ((!EARLY_Q<CLUSTER> || n_tiles == 0) && lane == 0) mbar_arrive(&sm.q_empty);  // n_tiles 0: Q was never read
 
@@ -1349,12 +1371,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       if (tq == 0 && in_sequence<FOLD>(row, t.seqlen_q) && (!SPLIT || t.split < 0))
         p.lse[(size_t)t.h * p.total_q + t.q_start + row] = lse[i];
     }
+    if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_END);
+    if constexpr (TIMELINE) record_info(p, tw == 0, wg, items, w, n_mine - n_first, SPLIT && t.split >= 0);
     tiles += n_tiles;
     ++items;
   }
   if constexpr (O_STAGE || O_IN_V) {
     if (tw == 0) tma_store_wait<false>();  // the last stores are done before the CTA's shared memory goes
   }
+  if constexpr (TIMELINE) record_edge(p, tw == 0, wg, true);
 }
 
 constexpr int MAX_SPLIT_CTAS = 512;  // CTAs of a launch that may split its tail (merge_segments' slot list)
@@ -1665,6 +1690,9 @@ static cudaError_t launch(const Launch& l) {
       (err = cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
   Params p = l.p;
+#if FA3FP8_TIMELINE
+  p.timeline = timeline;
+#endif
   constexpr int EVEN = CLUSTER == 2 || FOLD ? 2 : 1;  // row blocks per head rounded up to pairs or folds
   p.m_blocks = (l.max_seqlen_q + BLOCK_M * EVEN - 1) / (BLOCK_M * EVEN) * EVEN;
   p.work_tiles = p.m_blocks * l.batch * p.heads;
