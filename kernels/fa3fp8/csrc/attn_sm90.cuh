@@ -880,16 +880,6 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1;
 
-// An experiment's switch (-DFA3FP8_PDL_MERGE=1, off; built in session 58, not yet run on a GPU): the tail split's
-// merge_segments launched as a programmatic dependent of the kernel, which lets it launch at its start, so that the
-// merge's CTAs take the SMs its CTAs leave and list their segments before they wait for its results
-// (griddepcontrol), instead of launching once it has ended. A split has work tiles with rows, so some merge CTA
-// waits, and the merge (what the stream's next work waits for) never ends before the kernel.
-#ifndef FA3FP8_PDL_MERGE
-#define FA3FP8_PDL_MERGE 0
-#endif
-constexpr bool PDL_MERGE = FA3FP8_PDL_MERGE;
-
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -944,7 +934,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   Storage& sm = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* const o_buf = reinterpret_cast<uint8_t*>(&sm) + sizeof(Storage);  // O_STAGE: BLOCK_M rows of O
 
-  if constexpr (PDL_MERGE && SPLIT) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
     mbar_init(&sm.q_empty, 4 * CONSUMERS);  // one arrival per consumer warp
@@ -1450,7 +1439,6 @@ __global__ void __launch_bounds__(32 * MERGE_ROWS) merge_segments(const Params p
   __syncthreads();
   const int r = blockIdx.y * MERGE_ROWS + threadIdx.x / 32, row = t.m0 + r, n = n_slots;
   if (!in_sequence<FOLD>(row, t.seqlen_q)) return;
-  if constexpr (PDL_MERGE) asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel's segments, all written
   const float* lse = split.lse + r;  // segment x's lse at lse[x * BLOCK_M]
   float m = -INFINITY;
   for (int k = lane; k < n; k += 32) m = fmaxf(m, lse[(size_t)slots[k] * BLOCK_M]);
@@ -1743,20 +1731,8 @@ static cudaError_t launch(const Launch& l) {
   if constexpr (SPLIT) {
     if (split.from < p.work_tiles) {
       const dim3 merge_grid(p.work_tiles - split.from, BLOCK_M / MERGE_ROWS);
-      auto merge = merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>;
-      if constexpr (PDL_MERGE) {
-        cudaLaunchAttribute dependent;
-        dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        dependent.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t merge_config = {};
-        merge_config.gridDim = merge_grid;
-        merge_config.blockDim = dim3(32 * MERGE_ROWS);
-        merge_config.stream = l.stream;
-        merge_config.attrs = &dependent;
-        merge_config.numAttrs = 1;
-        return cudaLaunchKernelEx(&merge_config, merge, p, split);
-      }
-      merge<<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
+      merge_segments<D, BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, OutT>
+          <<<merge_grid, 32 * MERGE_ROWS, 0, l.stream>>>(p, split);
       return cudaGetLastError();
     }
   }
