@@ -114,22 +114,36 @@ def phases(items):
 
 def launch_edges(records, sizes):
     """The launch's edges from the producers' headers: CTAs that ran, the SM clock (MHz, median), the spread of their
-    starts and ends (us) and tail_idle, the share of the CTAs' time between each one's end and the last one's."""
+    starts and ends (us), tail_idle, the share of the CTAs' time between each one's end and the last one's, and
+    per_cta: each CTA's SM, start and end (us from the first start), work items, key tiles and its first consumer's
+    loop time per key tile (us), so that a slow CTA shows as a slow SM or as more work."""
+    by_cta = {}
+    for item in work_items(records, sizes):
+        by_cta.setdefault(item["cta"], []).append(item)
     runs = []
-    for roles in records:
-        start_ns, start_clk, end_ns, end_clk = (int(x) for x in roles[0][:4])
+    for cta, roles in enumerate(records):
+        start_ns, start_clk, end_ns, end_clk, sm = (int(x) for x in roles[0][:5])
         if start_ns and end_ns > start_ns:
-            runs.append((start_ns, start_clk, end_ns, end_clk))
+            runs.append((start_ns, start_clk, end_ns, end_clk, sm, cta))
     if not runs:
         raise ValueError("timeline: no CTA recorded its start and end (was the library built with the switch?)")
     first, last = min(r[0] for r in runs), max(r[2] for r in runs)
     span = last - first
-    return {"ctas": len(runs),
-            "sm_mhz": statistics.median((r[3] - r[1]) / (r[2] - r[0]) * 1e3 for r in runs),
-            "span_us": span / 1e3,
+    mhz = statistics.median((r[3] - r[1]) / (r[2] - r[0]) * 1e3 for r in runs)
+    per_cta = []
+    for start_ns, _, end_ns, _, sm, cta in runs:
+        loads = [i for i in by_cta.get(cta, []) if i["role"] == 0]
+        loops = [i for i in by_cta.get(cta, []) if i["role"] == 1 and i["tiles"]]
+        tiles = sum(i["tiles"] for i in loops)
+        loop_cycles = sum(i["loop"] - i["first"] for i in loops)
+        per_cta.append({"cta": cta, "sm": sm, "start_us": (start_ns - first) / 1e3, "end_us": (end_ns - first) / 1e3,
+                        "items": len(loads), "key_tiles": sum(i["tiles"] for i in loads),
+                        "loop_us_per_tile": loop_cycles / tiles / mhz if tiles else None})
+    return {"ctas": len(runs), "sm_mhz": mhz, "span_us": span / 1e3,
             "start_spread_us": (max(r[0] for r in runs) - first) / 1e3,
             "end_spread_us": (last - min(r[2] for r in runs)) / 1e3,
-            "tail_idle": sum(last - r[2] for r in runs) / (len(runs) * span) if span else 0.0}
+            "tail_idle": sum(last - r[2] for r in runs) / (len(runs) * span) if span else 0.0,
+            "per_cta": per_cta}
 
 
 def summarize(records, sizes):
@@ -197,6 +211,11 @@ def main():
         print(f"{'':17s} launch: {edges['ctas']} CTAs at {mhz:.0f} MHz, {edges['span_us']:.1f} us, starts spread "
               f"{edges['start_spread_us']:.1f} us, ends {edges['end_spread_us']:.1f} us, tail idle "
               f"{100 * edges['tail_idle']:.1f}%")
+        latest = sorted(edges["per_cta"], key=lambda c: c["end_us"])
+        for label, group in (("first to end", latest[:3]), ("last to end", latest[-3:])):
+            print(f"{'':17s} {label}: " + "; ".join(
+                f"SM {c['sm']} at {c['end_us']:.1f} us, {c['items']} items, {c['key_tiles']} key tiles"
+                for c in group))
     if args.out:
         gpu = torch.cuda.get_device_name()
         path = Path(args.out) / f"timeline-{gpu.replace(' ', '-').lower()}-{datetime.date.today().isoformat()}.json"

@@ -38,7 +38,7 @@ def records_of(sizes, ctas=2):
     for cta in range(ctas):
         # producers: start at 1000 / 1500 ns, end at 11000 / 9000 ns, at 1980 MHz
         start_ns, end_ns = (1000, 11000) if cta == 0 else (1500, 9000)
-        records[cta][0][:4] = [start_ns, 5000, end_ns, 5000 + (end_ns - start_ns) * 198 // 100]
+        records[cta][0][:5] = [start_ns, 5000, end_ns, 5000 + (end_ns - start_ns) * 198 // 100, 7 + cta]
         put_item(records[cta][0], sizes, 0, [6000, 6010, 6100, 7000, 0], cta, 10)
         put_item(records[cta][0], sizes, 1, [7100, 7110, 7200, 8000, 0], cta + 2, 4)
         for role in (1, 2):
@@ -50,7 +50,7 @@ def records_of(sizes, ctas=2):
 
 def test_layout_is_read_from_the_kernels_header(timeline_bench, sizes):
     assert sizes["WORDS"] == sizes["HEADER"] + sizes["ITEMS"] * sizes["EVENTS"]
-    assert sizes["EVENTS"] == len(timeline_bench.EVENTS) and sizes["HEADER"] == 4
+    assert sizes["EVENTS"] == len(timeline_bench.EVENTS) and sizes["HEADER"] == 5
     with pytest.raises(ValueError, match="TIMELINE_ITEMS"):
         timeline_bench.layout("constexpr int TIMELINE_ROLES = 4;\nconstexpr int TIMELINE_HEADER = 4;\n"
                               "constexpr int TIMELINE_EVENTS = 6;\n")
@@ -91,6 +91,11 @@ def test_launch_edges_clock_spread_and_tail_idle(timeline_bench, sizes):
     assert edges["span_us"] == pytest.approx(10.0)
     assert edges["start_spread_us"] == pytest.approx(0.5) and edges["end_spread_us"] == pytest.approx(2.0)
     assert edges["tail_idle"] == pytest.approx(2000 / (2 * 10000))
+    first, second = edges["per_cta"]
+    assert (first["sm"], first["start_us"], first["end_us"]) == (7, 0.0, 10.0)
+    assert (second["sm"], second["start_us"], second["end_us"]) == (8, 0.5, 8.0)
+    assert (first["items"], first["key_tiles"]) == (2, 14)
+    assert first["loop_us_per_tile"] == pytest.approx((3 * LOOP_FIXED + 24 * TILE) / 24 / 1980, rel=1e-3)
     empty = [[[0] * sizes["WORDS"] for _ in range(sizes["ROLES"])]]
     with pytest.raises(ValueError, match="no CTA"):
         timeline_bench.launch_edges(empty, sizes)

@@ -15,10 +15,10 @@ namespace fa3fp8 {
 constexpr bool TIMELINE = FA3FP8_TIMELINE;
 
 // A record per CTA and warpgroup (role 0 the producer, 1.. the consumers) of TIMELINE_WORDS 64-bit words: the
-// globaltimer (ns) and clock64 at the warpgroup's start, then at its end, then TIMELINE_EVENTS words for each of its
-// first TIMELINE_ITEMS work items. benchmarks/timeline.py reads these numbers from this file.
+// globaltimer (ns) and clock64 at the warpgroup's start, then at its end, the SM's index, then TIMELINE_EVENTS words
+// for each of its first TIMELINE_ITEMS work items. benchmarks/timeline.py reads these numbers from this file.
 constexpr int TIMELINE_ROLES = 4;
-constexpr int TIMELINE_HEADER = 4;
+constexpr int TIMELINE_HEADER = 5;
 constexpr int TIMELINE_ITEMS = 32;
 constexpr int TIMELINE_EVENTS = 6;
 constexpr int TIMELINE_WORDS = TIMELINE_HEADER + TIMELINE_ITEMS * TIMELINE_EVENTS;
@@ -59,12 +59,15 @@ __device__ __forceinline__ void timeline_info(const Timeline& t, int role, int i
     timeline_put(t, role, TIMELINE_HEADER + item * TIMELINE_EVENTS + EV_INFO, (uint64_t)(uint32_t)w << 32 | low);
 }
 
-// the globaltimer and the clock at the warpgroup's start (end false) or end
+// the globaltimer and the clock at the warpgroup's start (end false) or end, and the SM's index
 __device__ __forceinline__ void timeline_edge(const Timeline& t, int role, bool end) {
   uint64_t ns;
+  uint32_t sm;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   timeline_put(t, role, 2 * end, ns);
   timeline_put(t, role, 2 * end + 1, clock64());
+  timeline_put(t, role, 4, sm);
 }
 
 // What attn_fwd calls, with its Params (whose `timeline` member only a TIMELINE build has), each under `if constexpr
