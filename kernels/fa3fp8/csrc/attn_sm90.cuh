@@ -134,6 +134,25 @@ __host__ __device__ constexpr TailSplit unsplit(int work_tiles) {
   return TailSplit{nullptr, nullptr, work_tiles, 0, 0, 0, work_tiles, 0};
 }
 
+// One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
+// A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
+// and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
+// and split = -1. A WINDOW work tile starts at its window's first key tile (key0).
+struct WorkTile {
+  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
+};
+
+// An experiment's switch (-DFA3FP8_SHARED_LOOKUP=1, off; built in session 59, not yet run on a GPU): the producer
+// hands the consumers each work tile it looked up through shared memory (two slots, one barrier each), so that the
+// consumers skip the lookup, whose divisions and dependent cu_seqlens loads took 0.84 us of each work tile's ~3 us
+// fixed cost between one work item's end and the next one's start (benchmarks/timeline.py, H100, FP8 d128 S4K). The
+// producer publishes work item i at its top, where it has seen Q of item i - 2 released, so every consumer warp has
+// read that slot (and waited on its barrier) before; after its last item it publishes w = -1, the end.
+#ifndef FA3FP8_SHARED_LOOKUP
+#define FA3FP8_SHARED_LOOKUP 0
+#endif
+constexpr bool SHARED_LOOKUP = FA3FP8_SHARED_LOOKUP;
+
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
 struct alignas(1024) SharedStorage {
   uint8_t q[Q_BYTES];
@@ -146,6 +165,11 @@ struct alignas(1024) SharedStorage {
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
   uint64_t o_free;  // O_IN_V: the consumers' O has left the V slots (o_in_v)
+#if FA3FP8_SHARED_LOOKUP
+  uint64_t tile_full[2];  // SHARED_LOOKUP: work item i's slot i % 2 is written
+  int tile_w[2];          // its w (-1: no more work items)
+  WorkTile tile[2];
+#endif
 };
 
 // A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
@@ -635,14 +659,6 @@ __device__ __forceinline__ void scale_o(float (&o)[D / O_COLS<D>][O_COLS<D> / 2]
 
 // ------------------------------------------------------------------------------------------ the kernel
 
-// One unit of a CTA's work: BLOCK_M query rows of one (sequence, head) and the key tiles they see.
-// A segment of the tail split is a work tile whose keys start key0 keys into the sequence (k_start, seqlen_k, diag
-// and n_full count from there) and that writes its partial result to slot `split`; a whole work tile has key0 = 0
-// and split = -1. A WINDOW work tile starts at its window's first key tile (key0).
-struct WorkTile {
-  int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
-};
-
 // Causal: the keys of work tile t that row `row` sees (its key0 on), those before key `row + diag + 1`
 __host__ __device__ __forceinline__ int causal_keys(const WorkTile& t, int row) {
   return max(min(t.seqlen_k, row + 1 + t.diag), 0);
@@ -880,6 +896,21 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1;
 
+// SHARED_LOOKUP: the producer puts work item `item`'s work tile t (w its index, -1: no more work items) into the
+// item's slot and arrives on the slot's barrier; a consumer waits there, takes t and returns w
+template <class Storage>
+__device__ __forceinline__ void publish_tile(Storage& sm, int item, int w, const WorkTile& t) {
+  sm.tile[item % 2] = t;
+  sm.tile_w[item % 2] = w;
+  mbar_arrive(&sm.tile_full[item % 2]);
+}
+template <class Storage>
+__device__ __forceinline__ int take_tile(Storage& sm, int item, WorkTile& t) {
+  mbar_wait(&sm.tile_full[item % 2], (item / 2) & 1);
+  t = sm.tile[item % 2];
+  return sm.tile_w[item % 2];
+}
+
 // BLOCK_N keys per K/V tile (FP8: whole quantization blocks of the bundle), STAGES tiles of K and of V in the ring.
 // CLUSTER 2: two CTAs of a cluster run adjacent row blocks in step (causal: over the later one's key tiles), and each
 // loads half of every K/V tile into both (TMA multicast), so K and V cross from L2 once per pair; a slot is free
@@ -944,6 +975,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
     if constexpr (O_IN_V) mbar_init(&sm.o_free, CONSUMERS * CLUSTER);  // every consumer warpgroup of the cluster
+    if constexpr (SHARED_LOOKUP)
+      for (int i = 0; i < 2; ++i) mbar_init(&sm.tile_full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -964,6 +997,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if constexpr (TIMELINE) record_event(p, true, 0, items, EV_TOP);
+      if constexpr (SHARED_LOOKUP) publish_tile(sm, items, w, t);
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
@@ -1012,6 +1046,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       ++items;
       if constexpr (O_IN_V) keyed += t.n_tiles > 0;
     }
+    if constexpr (SHARED_LOOKUP) publish_tile(sm, items, -1, WorkTile{});
     if constexpr (CLUSTER == 2) {
       // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
       // peer's multicast copies into this CTA are all consumed by then
@@ -1033,9 +1068,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
   if constexpr (TIMELINE) record_edge(p, tw == 0, wg, false);
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD>(); w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
+  for (int w = first_work<FOLD>(); SHARED_LOOKUP || w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
+    if constexpr (SHARED_LOOKUP) {
+      if ((w = take_tile(sm, items, t)) < 0) break;
+    } else if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) {
+      continue;
+    }
     if constexpr (TIMELINE) record_event(p, tw == 0, wg, items, EV_TOP);
     const int row0 = t.m0 + cw * WG_ROWS + (tw / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     const int wg_m0 = t.m0 + cw * WG_ROWS;
