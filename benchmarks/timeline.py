@@ -112,13 +112,14 @@ def phases(items):
     return result
 
 
-def launch_edges(records, sizes):
-    """The launch's edges from the producers' headers: CTAs that ran, the SM clock (MHz, median), the spread of their
-    starts and ends (us), tail_idle, the share of the CTAs' time between each one's end and the last one's, and
-    per_cta: each CTA's SM, start and end (us from the first start), work items, key tiles and its first consumer's
-    loop time per key tile (us), so that a slow CTA shows as a slow SM or as more work."""
+def launch_edges(records, items):
+    """The launch's edges from the producers' headers of `records` (`items`: their work_items): CTAs that ran, the
+    SM clock (MHz, median), the spread of their starts and ends (us), tail_idle, the share of the CTAs' time between
+    each one's end and the last one's, and per_cta: each CTA's SM, start and end (us from the first start), work
+    items, key tiles and its first consumer's loop time per key tile (us), so that a slow CTA shows as a slow SM or
+    as more work."""
     by_cta = {}
-    for item in work_items(records, sizes):
+    for item in items:
         by_cta.setdefault(item["cta"], []).append(item)
     runs = []
     for cta, roles in enumerate(records):
@@ -151,7 +152,7 @@ def summarize(records, sizes):
     items = work_items(records, sizes)
     return {"producer": phases([i for i in items if i["role"] == 0]),
             "consumers": phases([i for i in items if i["role"] > 0]),
-            "launch": launch_edges(records, sizes)}
+            "launch": launch_edges(records, items)}
 
 
 def recorder():

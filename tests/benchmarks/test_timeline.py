@@ -98,4 +98,4 @@ def test_launch_edges_clock_spread_and_tail_idle(timeline_bench, sizes):
     assert first["loop_us_per_tile"] == pytest.approx((3 * LOOP_FIXED + 24 * TILE) / 24 / 1980, rel=1e-3)
     empty = [[[0] * sizes["WORDS"] for _ in range(sizes["ROLES"])]]
     with pytest.raises(ValueError, match="no CTA"):
-        timeline_bench.launch_edges(empty, sizes)
+        timeline_bench.launch_edges(empty, [])

@@ -47,16 +47,20 @@ __device__ __forceinline__ void timeline_put(const Timeline& t, int role, int wo
     t.records[((size_t)blockIdx.x * TIMELINE_ROLES + role) * TIMELINE_WORDS + word] = value;
 }
 
+// word `event` of work item `item` <- value, for the first TIMELINE_ITEMS items
+__device__ __forceinline__ void timeline_item(const Timeline& t, int role, int item, int event, uint64_t value) {
+  if (item < TIMELINE_ITEMS) timeline_put(t, role, TIMELINE_HEADER + item * TIMELINE_EVENTS + event, value);
+}
+
 // the clock at event `event` of work item `item`
 __device__ __forceinline__ void timeline_mark(const Timeline& t, int role, int item, int event) {
-  if (item < TIMELINE_ITEMS) timeline_put(t, role, TIMELINE_HEADER + item * TIMELINE_EVENTS + event, clock64());
+  timeline_item(t, role, item, event, clock64());
 }
 
 __device__ __forceinline__ void timeline_info(const Timeline& t, int role, int item, int w, int key_tiles,
                                               bool segment) {
   const uint64_t low = (uint32_t)key_tiles | (segment ? 1u << 31 : 0u);
-  if (item < TIMELINE_ITEMS)
-    timeline_put(t, role, TIMELINE_HEADER + item * TIMELINE_EVENTS + EV_INFO, (uint64_t)(uint32_t)w << 32 | low);
+  timeline_item(t, role, item, EV_INFO, (uint64_t)(uint32_t)w << 32 | low);
 }
 
 // the globaltimer and the clock at the warpgroup's start (end false) or end, and the SM's index
