@@ -100,12 +100,14 @@ if [[ "$steps" == *" decode "* ]]; then
     python3 benchmarks/decode.py --out "$OUT" 2>&1 | tee "$OUT/decode.log" | tail -30 || status=1
 fi
 if [[ "$steps" == *" profile "* ]]; then
-    # Nsight Compute on one attn_fwd launch: PROFILE_ARGS (profile_kernel.py's arguments, default FP8 d128 causal at
-    # S16K), NCU_ARGS (more ncu options, e.g. "--set full"); the details in $OUT/profile.txt, the SASS with its
-    # stall samples in $OUT/profile-sass.csv (stall_samples.py summarizes it, and compares two), headlines printed
+    # Nsight Compute on one attn_fwd launch (NCU_KERNEL: another kernel's name, e.g. merge_segments): PROFILE_ARGS
+    # (profile_kernel.py's arguments, default FP8 d128 causal at S16K), NCU_ARGS (more ncu options, e.g. "--set
+    # full"); the details in $OUT/profile.txt, the SASS with its stall samples in $OUT/profile-sass.csv
+    # (stall_samples.py summarizes it, and compares two), headlines printed
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     report="${TMPDIR:-/tmp}/fa3fp8-profile"
-    "$ncu" --profile-from-start off -k regex:attn_fwd --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+    kernel=${NCU_KERNEL:-attn_fwd}
+    "$ncu" --profile-from-start off -k "regex:$kernel" --launch-skip 1 --launch-count 1 --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats \
         --section Occupancy --section SourceCounters \
         --metrics sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg ${NCU_ARGS:-} -f -o "$report" \
@@ -113,7 +115,7 @@ if [[ "$steps" == *" profile "* ]]; then
         || status=1
     "$ncu" -i "$report.ncu-rep" --page details > "$OUT/profile.txt" 2>&1 || status=1
     "$ncu" -i "$report.ncu-rep" --page source --csv --print-source sass > "$OUT/profile-sass.csv" 2>&1 || status=1
-    headline="attn_fwd<|Duration|Elapsed Cycles|sm__cycles_active|highest-utilized|Issued Ipc|Eligible Warps"
+    headline="$kernel<|Duration|Elapsed Cycles|sm__cycles_active|highest-utilized|Issued Ipc|Eligible Warps"
     grep -E "$headline|Cycles Per Issued" "$OUT/profile.txt" | cut -c1-150
     python3 benchmarks/stall_samples.py "$OUT/profile-sass.csv" | cut -c1-150 || status=1
 fi
