@@ -142,16 +142,17 @@ struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
 };
 
-// An experiment's switch (-DFA3FP8_SHARED_LOOKUP=1, off; built in session 59, not yet run on a GPU): the producer
-// hands the consumers each work tile it looked up through shared memory (two slots, one barrier each), so that the
-// consumers skip the lookup, whose divisions and dependent cu_seqlens loads took 0.84 us of each work tile's ~3 us
-// fixed cost between one work item's end and the next one's start (benchmarks/timeline.py, H100, FP8 d128 S4K). The
-// producer publishes work item i at its top, where it has seen Q of item i - 2 released, so every consumer warp has
-// read that slot (and waited on its barrier) before; after its last item it publishes w = -1, the end.
-#ifndef FA3FP8_SHARED_LOOKUP
-#define FA3FP8_SHARED_LOOKUP 0
-#endif
-constexpr bool SHARED_LOOKUP = FA3FP8_SHARED_LOOKUP;
+// Kernels whose producer hands the consumers each work tile it looked up, through shared memory (two slots, one
+// barrier each), so that the consumers skip the lookup: its divisions and dependent cu_seqlens loads took 0.84 us of
+// each work tile's ~3 us fixed cost between one work item's end and the next one's start (benchmarks/timeline.py, H100,
+// FP8 d128 S4K, session 59). The producer publishes work item i at its top, where it has seen Q of item i - 2
+// released, so every consumer warp has read that slot (and waited on its barrier) before; after its last item it
+// publishes w = -1, the end. H100, session 60, kernel_ab (7 rounds, S4K / S16K and a ragged batch): causal FP8 d128
+// +1.0-2.3%, BF16 d128 / d256 +0.1-2.0%, FP8 d256 -0.4% to +0.6% (its pairs then build a wgmma descriptor through
+// R2UR: it goes without); without a mask -1% to -11% (BF16 d128 three consumers). Windows and d64 were not timed with
+// it and go without.
+template <class E, int D, bool CAUSAL, bool WINDOW>
+constexpr bool SHARED_TILES = CAUSAL && !WINDOW && (D == 128 || (D == 256 && !E::FP8));
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
 struct alignas(1024) SharedStorage {
@@ -164,12 +165,10 @@ struct alignas(1024) SharedStorage {
   uint64_t v_full[STAGES];
   uint64_t k_empty[STAGES];
   uint64_t v_empty[STAGES];
-  uint64_t o_free;  // O_IN_V: the consumers' O has left the V slots (o_in_v)
-#if FA3FP8_SHARED_LOOKUP
-  uint64_t tile_full[2];  // SHARED_LOOKUP: work item i's slot i % 2 is written
+  uint64_t o_free;        // O_IN_V: the consumers' O has left the V slots (o_in_v)
+  uint64_t tile_full[2];  // SHARED_TILES: work item i's slot i % 2 is written
   int tile_w[2];          // its w (-1: no more work items)
   WorkTile tile[2];
-#endif
 };
 
 // A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
@@ -896,7 +895,7 @@ __device__ __forceinline__ int next_work(int w) {
 template <int CLUSTER>
 constexpr bool EARLY_Q = CLUSTER == 1;
 
-// SHARED_LOOKUP: the producer puts work item `item`'s work tile t (w its index, -1: no more work items) into the
+// SHARED_TILES: the producer puts work item `item`'s work tile t (w its index, -1: no more work items) into the
 // item's slot and arrives on the slot's barrier; a consumer waits there, takes t and returns w
 template <class Storage>
 __device__ __forceinline__ void publish_tile(Storage& sm, int item, int w, const WorkTile& t) {
@@ -934,6 +933,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   constexpr int P_REGS = BLOCK_N * E::BYTES / 8;     // P as A fragments per thread
   constexpr int SB = E::FP8 ? BLOCK_N / KV_BLOCK : 1;  // scale blocks per tile
   constexpr bool SPLIT = splits_tail<E, D>() && !WINDOW;
+  constexpr bool SHARED = SHARED_TILES<E, D, CAUSAL, WINDOW>;
   // wgmma descriptors made anew from their addresses (desc_at): BF16/FP16 d256 without a causal mask ran 4-6% slower
   // at S4K / 16K with one add per wgmma, which every other kernel runs level or faster with (H200, session 18)
   constexpr bool FRESH_DESC = !E::FP8 && D == 256 && !CAUSAL;
@@ -975,7 +975,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       mbar_init(&sm.v_empty[s], 4 * CONSUMERS * CLUSTER);
     }
     if constexpr (O_IN_V) mbar_init(&sm.o_free, CONSUMERS * CLUSTER);  // every consumer warpgroup of the cluster
-    if constexpr (SHARED_LOOKUP)
+    if constexpr (SHARED)
       for (int i = 0; i < 2; ++i) mbar_init(&sm.tile_full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -997,7 +997,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if constexpr (TIMELINE) record_event(p, true, 0, items, EV_TOP);
-      if constexpr (SHARED_LOOKUP) publish_tile(sm, items, w, t);
+      if constexpr (SHARED) publish_tile(sm, items, w, t);
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
       for (int pn = 0; pn < ROW_BYTES / QK_ROW; ++pn)
@@ -1046,7 +1046,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       ++items;
       if constexpr (O_IN_V) keyed += t.n_tiles > 0;
     }
-    if constexpr (SHARED_LOOKUP) publish_tile(sm, items, -1, WorkTile{});
+    if constexpr (SHARED) publish_tile(sm, items, -1, WorkTile{});
     if constexpr (CLUSTER == 2) {
       // stay until both CTAs' consumers have released the last tiles: they arrive on this CTA's barriers, and the
       // peer's multicast copies into this CTA are all consumed by then
@@ -1068,9 +1068,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const uint8_t* q_wg = sm.q + cw * WG_ROWS * QK_ROW;
   if constexpr (TIMELINE) record_edge(p, tw == 0, wg, false);
   int tiles = 0, items = 0;
-  for (int w = first_work<FOLD>(); SHARED_LOOKUP || w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
+  // SHARED: the producer's w = -1 ends the loop (w's step is then unused; kept so the other kernels' loop stays as it
+  // was compiled)
+  for (int w = first_work<FOLD>(); SHARED || w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    if constexpr (SHARED_LOOKUP) {
+    if constexpr (SHARED) {
       if ((w = take_tile(sm, items, t)) < 0) break;
     } else if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) {
       continue;
