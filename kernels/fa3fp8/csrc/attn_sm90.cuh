@@ -142,22 +142,6 @@ struct WorkTile {
   int b, h, hk, q_start, seqlen_q, k_start, seqlen_k, m0, diag, n_full, n_tiles, key0, split;
 };
 
-// FP8: a sequence's first Q block and its first and one-past-last K block in the bundle's scale arrays (cu_bq[b],
-// cu_bk[b], cu_bk[b + 1])
-struct SeqBlocks {
-  int q0, k0, k_end;
-};
-
-// An experiment's switch (-DFA3FP8_SEQ_BLOCKS=1, off; built in session 61, not yet run on a GPU): in the FP8
-// SHARED_TILES kernels (causal d128) the producer hands the consumers the sequence's scale blocks with each work tile.
-// FP8's "Q wait" at a work item's top (0.55-0.63 us, benchmarks/timeline.py, H100) outlived a second Q buffer that
-// had Q landed long before: it is the consumers' chain of global loads there, cu_bk[b] (cu_bq[b]) and then the V
-// scales (the Q scale). The switch takes the first link off that chain.
-#ifndef FA3FP8_SEQ_BLOCKS
-#define FA3FP8_SEQ_BLOCKS 0
-#endif
-constexpr bool SEQ_BLOCKS = FA3FP8_SEQ_BLOCKS;
-
 // Kernels whose producer hands the consumers each work tile it looked up, through shared memory (two slots, one
 // barrier each), so that the consumers skip the lookup: its divisions and dependent cu_seqlens loads took 0.84 us of
 // each work tile's ~3 us fixed cost between one work item's end and the next one's start (benchmarks/timeline.py, H100,
@@ -169,11 +153,6 @@ constexpr bool SEQ_BLOCKS = FA3FP8_SEQ_BLOCKS;
 // it and go without.
 template <class E, int D, bool CAUSAL, bool WINDOW>
 constexpr bool SHARED_TILES = CAUSAL && !WINDOW && (D == 128 || (D == 256 && !E::FP8));
-
-// SEQ_BLOCKS: the kernels whose work tiles come with their sequence's scale blocks (not a constant inside the kernel:
-// an unused one there renamed uniform registers in two FP8 d128 pair kernels)
-template <class E, int D, bool CAUSAL, bool WINDOW>
-constexpr bool TILE_BLOCKS = SEQ_BLOCKS && E::FP8 && SHARED_TILES<E, D, CAUSAL, WINDOW>;
 
 template <int Q_BYTES, int TILE_BYTES, int STAGES>
 struct alignas(1024) SharedStorage {
@@ -190,9 +169,6 @@ struct alignas(1024) SharedStorage {
   uint64_t tile_full[2];  // SHARED_TILES: work item i's slot i % 2 is written
   int tile_w[2];          // its w (-1: no more work items)
   WorkTile tile[2];
-#if FA3FP8_SEQ_BLOCKS
-  SeqBlocks tile_blocks[2];  // SEQ_BLOCKS: its sequence's scale blocks
-#endif
 };
 
 // A CTA's shared memory: Q, and STAGES K and V tiles of BLOCK_N keys
@@ -1021,10 +997,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       WorkTile t;
       if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) continue;
       if constexpr (TIMELINE) record_event(p, true, 0, items, EV_TOP);
-#if FA3FP8_SEQ_BLOCKS
-      if constexpr (TILE_BLOCKS<E, D, CAUSAL, WINDOW>)
-        sm.tile_blocks[items % 2] = {p.cu_bq[t.b], p.cu_bk[t.b], p.cu_bk[t.b + 1]};
-#endif
       if constexpr (SHARED) publish_tile(sm, items, w, t);
       if (items > 0) mbar_wait(&sm.q_empty, (items - 1) & 1);
       mbar_expect_tx(&sm.q_full, BLOCK_M * ROW_BYTES);
@@ -1100,12 +1072,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   // was compiled)
   for (int w = first_work<FOLD>(); SHARED || w < work_end<SPLIT>(p, split); w = next_work<FOLD>(w)) {
     WorkTile t;
-    SeqBlocks sb;  // TILE_BLOCKS: the sequence's scale blocks, from the producer
     if constexpr (SHARED) {
       if ((w = take_tile(sm, items, t)) < 0) break;
-#if FA3FP8_SEQ_BLOCKS
-      if constexpr (TILE_BLOCKS<E, D, CAUSAL, WINDOW>) sb = sm.tile_blocks[items % 2];
-#endif
     } else if (!work_tile<BLOCK_M, BLOCK_N, CAUSAL, CLUSTER, FOLD, SPLIT, WINDOW>(p, split, w, t)) {
       continue;
     }
@@ -1184,14 +1152,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     int kv_blocks = 0;
     if constexpr (E::FP8) {
       if (in_sequence<FOLD>(wg_m0, t.seqlen_q))
-        qk_scale *= p.q_scale[t.h * p.n_blocks_q + (TILE_BLOCKS<E, D, CAUSAL, WINDOW> ? sb.q0 : p.cu_bq[t.b]) +
-                              wg_m0 / p.q_block];
-      const int kblk =
-          t.hk * p.n_blocks_k + (TILE_BLOCKS<E, D, CAUSAL, WINDOW> ? sb.k0 : p.cu_bk[t.b]) + t.key0 / KV_BLOCK;
+        qk_scale *= p.q_scale[t.h * p.n_blocks_q + p.cu_bq[t.b] + wg_m0 / p.q_block];
+      const int kblk = t.hk * p.n_blocks_k + p.cu_bk[t.b] + t.key0 / KV_BLOCK;
       k_scale = p.k_scale + kblk;
       v_scale = p.v_scale + kblk;
-      kv_blocks = (TILE_BLOCKS<E, D, CAUSAL, WINDOW> ? sb.k_end - sb.k0 : p.cu_bk[t.b + 1] - p.cu_bk[t.b]) -
-                  t.key0 / KV_BLOCK;
+      kv_blocks = p.cu_bk[t.b + 1] - p.cu_bk[t.b] - t.key0 / KV_BLOCK;
     }
 
     float o[D / O_COLS<D>][O_COLS<D> / 2];
