@@ -480,9 +480,53 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
   return part[0];
 }
 
+// An experiment's switch (-DFA3FP8_BITS_MAX=1, off; built in session 63): the row max of an unmasked tile of one
+// block of keys as the signed-integer max of the scores' bit patterns, three at a time (VIMNMX3, sm_90's DPX), where
+// FMNMX takes two: 17 instructions a row of 32 values instead of 31, and a shallower chain to the exponentials. For
+// floats of which one is >= 0 the integer max is the float max; over negative floats alone it is their minimum, so a
+// row whose integer max is negative while its running max is below 0 takes the float reduction again (never on
+// scores with a positive entry in every row's tile).
+#ifndef FA3FP8_BITS_MAX
+#define FA3FP8_BITS_MAX 0
+#endif
+constexpr bool MAX_BY_BITS = FA3FP8_BITS_MAX;
+
+// The signed-integer max of v's first N values: three at a time, level by level (a level's last two take a
+// two-input max, its last one goes up alone)
+template <int N, int M>
+__device__ __forceinline__ int max3_tree(const int (&v)[M]) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {
+    constexpr int K = (N + 2) / 3;
+    int w[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (3 * k + 2 < N)
+        w[k] = __vimax3_s32(v[3 * k], v[3 * k + 1], v[3 * k + 2]);
+      else if (3 * k + 1 < N)
+        w[k] = max(v[3 * k], v[3 * k + 1]);
+      else
+        w[k] = v[3 * k];
+    }
+    return max3_tree<K>(w);
+  }
+}
+
+// MAX_BY_BITS: the largest bit pattern, as a signed integer, of row i's values one thread holds (2 per 8-column group)
+template <int GROUPS, int NREGS>
+__device__ __forceinline__ int row_max_bits(const float (&s)[NREGS], int i) {
+  int v[2 * GROUPS];
+#pragma unroll
+  for (int c = 0; c < GROUPS; ++c)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) v[2 * c + j] = __float_as_int(s[c * 4 + i * 2 + j]);
+  return max3_tree<2 * GROUPS>(v);
+}
+
 // x combined by op over the quad of threads that holds one accumulator row (lanes 4q .. 4q + 3)
-template <typename Op>
-__device__ __forceinline__ float quad_reduce(float x, Op op) {
+template <typename T, typename Op>
+__device__ __forceinline__ T quad_reduce(T x, Op op) {
   x = op(x, __shfl_xor_sync(0xffffffff, x, 1));
   return op(x, __shfl_xor_sync(0xffffffff, x, 2));
 }
@@ -529,20 +573,37 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   }
   float mx[2], offset[SB][2];
   bool passes = false;
+  constexpr bool BITS_MAX = MAX_BY_BITS && !MASKED && SB == 1;
+  bool inexact = false;  // BITS_MAX: some row's integer max may not be its max (below)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // unmasked scores are raw: the max is scaled after the reduction (scales are positive), per block
-    if constexpr (MASKED || SB == 1) {
+    if constexpr (BITS_MAX) {
+      int bits = row_max_bits<NREGS / 4>(s, i);
+      if constexpr (!LAZY_MAX) bits = quad_reduce(bits, [](int a, int b) { return max(a, b); });
+      mx[i] = __int_as_float(bits);
+      inexact |= bits < 0 && !(st.m[i] >= 0.f);
+    } else if constexpr (MASKED || SB == 1) {
       mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
     } else {
       mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
                     reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
     }
-    if constexpr (!LAZY_MAX) mx[i] = quad_reduce(mx[i], fmax);
+    if constexpr (!LAZY_MAX && !BITS_MAX) mx[i] = quad_reduce(mx[i], fmax);
     if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // max and fl(x·s), s > 0, commute: exact before a shuffle
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
-  const bool moved = __any_sync(0xffffffff, passes);
+  const bool moved = __any_sync(0xffffffff, passes || inexact);
+  // BITS_MAX: a row whose scores and running max are all negative (a first tile's, or a row of such tiles) takes its
+  // max as floats; m then stays or moves as the vote would have had it, O's rescale by alpha = 1 aside
+  if (BITS_MAX && moved && __any_sync(0xffffffff, inexact)) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
+      if constexpr (!LAZY_MAX) mx[i] = quad_reduce(mx[i], fmax);
+      mx[i] *= scale[0];
+    }
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_old = st.m[i];
