@@ -1284,6 +1284,43 @@ def test_row_max_that_jumps_far_from_tile_to_tile(fp8, settings, causal):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("fp8,settings", [
+    (False, {"loop": "overlap"}), (False, {"loop": "serial", "consumers": 3, "block_n": 128}),
+    (True, {"loop": "overlap"}), (True, {"loop": "serial", "consumers": 3}),
+    (True, {"loop": "serial", "consumers": 3, "cluster": 2})],
+    ids=["bf16-overlap", "bf16-serial-3wg", "fp8-overlap", "fp8-serial-3wg", "fp8-serial-3wg-pairs"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_rows_whose_scores_are_all_negative(fp8, settings, causal):
+    # queries of positive entries against keys of one sign per 384 keys: the first sequence's rows see only negative
+    # scores over their first 384 keys, then positive ones, then negative ones under a positive running max; the
+    # second sequence's keys are all negative, so are its rows' scores and running max throughout
+    lens, heads, d = [1500, 700], 4, 128
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, cu = _packed(lens, heads, d, gen)
+    k, _ = _packed(lens, heads, d, gen)
+    v, _ = _packed(lens, heads, d, gen)
+    q = (q.float().abs() * 0.3 + 0.2).to(torch.bfloat16)
+    keys = torch.cat([torch.arange(n, device="cuda") for n in lens])
+    first = torch.arange(sum(lens), device="cuda") < lens[0]
+    sign = torch.where(first & ((keys // 384) % 2 == 1), 1.0, -1.0)
+    k = ((k.float().abs() * 0.3 + 0.2) * sign[:, None, None]).to(torch.bfloat16)
+    scale = d**-0.5
+    if fp8:
+        ref, _ = attention_varlen_reference(q, k, v, cu, cu, scale, causal, compute_dtype=torch.float64)
+        b = quantize_qkv_reference(q, k, v, cu, cu, 64, attention_sm90.KV_BLOCK)
+        out, lse = attention_sm90.attention_fp8_fwd_sm90(
+            b.q8, b.k8, permute_v_keys(b.v8t), cu, cu, max(lens), scale, causal, b.q_scale, b.k_scale, b.v_scale,
+            b.cu_blocks_q, b.cu_blocks_k, 64, torch.bfloat16, **settings)
+        ref8, lse8 = attention_fp8_reference(b, scale, causal)
+        assert rmse(out, ref) <= 1.1 * rmse(ref8, ref) + 1e-4
+        assert (lse.double() - lse8.double()).abs().max().item() <= 2e-2
+    else:
+        out, lse = attention_sm90.attention_fwd_sm90(q, k, v, cu, cu, max(lens), scale, causal, **settings)
+        assert_16bit_matches_fp64(out, lse, q, k, v, cu, cu, scale, causal)
+
+
+@pytest.mark.gpu
+@needs_hopper
 @pytest.mark.parametrize("lens_q,lens_k,heads,kv_heads,causal,settings",
                          [([2048], [6000], 9, 3, False, {}),
                           ([3000, 3000], [3000, 3000], 12, 4, True, {"fold": True, "block_n": 128}),

@@ -480,16 +480,17 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
   return part[0];
 }
 
-// An experiment's switch (-DFA3FP8_BITS_MAX=1, off; built in session 63): the row max of an unmasked tile of one
-// block of keys as the signed-integer max of the scores' bit patterns, three at a time (VIMNMX3, sm_90's DPX), where
-// FMNMX takes two: 17 instructions a row of 32 values instead of 31, and a shallower chain to the exponentials. For
-// floats of which one is >= 0 the integer max is the float max; over negative floats alone it is their minimum, so a
-// row whose integer max is negative while its running max is below 0 takes the float reduction again (never on
-// scores with a positive entry in every row's tile).
-#ifndef FA3FP8_BITS_MAX
-#define FA3FP8_BITS_MAX 0
-#endif
-constexpr bool MAX_BY_BITS = FA3FP8_BITS_MAX;
+// The row max of an unmasked tile of one block of keys as the signed-integer max of the scores' bit patterns, three
+// at a time (VIMNMX3, sm_90's DPX), where FMNMX takes two: 17 instructions a row of 32 values instead of 31, and a
+// shallower chain to the exponentials (FMNMX was 12.6% of FP8 d128's loop samples, session 48). For floats of which
+// one is >= 0 the integer max is the float max; over negative floats alone it is their minimum, so a row whose
+// integer max is negative while its running max is below 0 takes the float reduction again (online_softmax). H100,
+// session 63, kernel_ab (two runs of 5 rounds, bit-identical outputs): FP8 d128 +0.0-2.0% (causal S16K +1.9% /
+// +4.7%), d256 +1.1-4.7%, d64 +2.2-4.2%; 16-bit d128 without a mask +1.0-2.1%, d64 +0.4-2.2%, d256 level. Left out
+// where it lost: 16-bit d128 causal (three consumers, one CTA or paired, -4.4% to -4.9% at S16K / 64K; folds level)
+// and FP8 d64's causal kernels of one CTA per work tile (-3.2% at S16K); windows, not timed with it, go without.
+template <class E, int D, bool CAUSAL, bool FOLD, bool WINDOW>
+constexpr bool MAX_BY_BITS = !WINDOW && !(CAUSAL && (E::FP8 ? D == 64 && !FOLD : D == 128));
 
 // The signed-integer max of v's first N values: three at a time, level by level (a level's last two take a
 // two-input max, its last one goes up alone)
@@ -513,7 +514,7 @@ __device__ __forceinline__ int max3_tree(const int (&v)[M]) {
   }
 }
 
-// MAX_BY_BITS: the largest bit pattern, as a signed integer, of row i's values one thread holds (2 per 8-column group)
+// The largest bit pattern, as a signed integer, of row i's values that one thread holds (2 per 8-column group)
 template <int GROUPS, int NREGS>
 __device__ __forceinline__ int row_max_bits(const float (&s)[NREGS], int i) {
   int v[2 * GROUPS];
@@ -545,7 +546,7 @@ __device__ __forceinline__ T quad_reduce(T x, Op op) {
 // lost 1.4-2.9% with it, BF16 d256 6-9%, and 16-bit d64's three consumers spill 8 bytes.
 template <class E, int D, int LOOP, bool FOLD>
 constexpr bool LATE_ALPHA = E::FP8 && LOOP == OVERLAP && (D >= 128 || !FOLD);
-template <class E, bool MASKED, bool CAUSAL, bool LATE, bool WINDOW = false, int NREGS, int SB>
+template <class E, bool MASKED, bool CAUSAL, bool LATE, bool WINDOW = false, bool BITS = false, int NREGS, int SB>
 __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, const float (&scale)[SB],
                                                const float (&p_offset)[SB], const float (&l_unit)[SB],
                                                float (&alpha)[2], float (&tile_sum)[2], int n0, int row0,
@@ -573,7 +574,8 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   }
   float mx[2], offset[SB][2];
   bool passes = false;
-  constexpr bool BITS_MAX = MAX_BY_BITS && !MASKED && SB == 1;
+  // BITS (MAX_BY_BITS): the row max of an unmasked tile of one block as the integer max of its bit patterns
+  constexpr bool BITS_MAX = BITS && !MASKED && SB == 1;
   bool inexact = false;  // BITS_MAX: some row's integer max may not be its max (below)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -1274,8 +1276,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         moved = online_softmax<E, true, CAUSAL, LATE, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
                                                               j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
-        moved = online_softmax<E, false, CAUSAL, LATE>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
-                                                       j * BLOCK_N, row0, t.seqlen_k, t.diag);
+        moved = online_softmax<E, false, CAUSAL, LATE, false, MAX_BY_BITS<E, D, CAUSAL, FOLD, WINDOW>>(
+            s_acc, st, scale, p_offset, l_unit, alpha, tile_sum, j * BLOCK_N, row0, t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
       if constexpr (LATE) {
