@@ -1244,6 +1244,28 @@ def test_window_matches_reference(lens_q, lens_k, window_left, d, fp8):
     assert (out[masked.T] == 0).all()
 
 
+def _self_attention_inputs(lens, d, seed):
+    """Packed random q, k, v of 4 heads for sequences of `lens` queries and keys each, their cu_seqlens, and each
+    packed key's position in its sequence."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, cu = _packed(lens, 4, d, gen)
+    k, _ = _packed(lens, 4, d, gen)
+    v, _ = _packed(lens, 4, d, gen)
+    return q, k, v, cu, torch.cat([torch.arange(n, device="cuda") for n in lens])
+
+
+def _fp8_d128_self_attention(q, k, v, cu, max_len, scale, causal, settings):
+    """The FP8 kernel on packed d128 q, k, v (queries and keys of the same lengths, cu) under `settings`, and its
+    references: out, lse, the fp64 output, and the FP8 math's output and lse."""
+    ref, _ = attention_varlen_reference(q, k, v, cu, cu, scale, causal, compute_dtype=torch.float64)
+    b = quantize_qkv_reference(q, k, v, cu, cu, 64, attention_sm90.KV_BLOCK)
+    out, lse = attention_sm90.attention_fp8_fwd_sm90(
+        b.q8, b.k8, permute_v_keys(b.v8t), cu, cu, max_len, scale, causal, b.q_scale, b.k_scale, b.v_scale,
+        b.cu_blocks_q, b.cu_blocks_k, 64, torch.bfloat16, **settings)
+    ref8, lse8 = attention_fp8_reference(b, scale, causal)
+    return out, lse, ref, ref8, lse8
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("fp8,settings", [
@@ -1257,22 +1279,13 @@ def test_row_max_that_jumps_far_from_tile_to_tile(fp8, settings, causal):
     # max moves far past its slack, and what O and l held is rescaled by less than 2^-100; smaller moves come with
     # the noise. At lse ~270 the FP8 wgmma's accumulation (fewer mantissa bits than fp32) leaves it up to 7.5e-4
     # of itself from the reference's (H200, every loop alike).
-    lens, heads, d = [1500, 700], 4, 128
-    gen = torch.Generator(device="cuda").manual_seed(7)
-    q, cu = _packed(lens, heads, d, gen)
-    k, _ = _packed(lens, heads, d, gen)
-    v, _ = _packed(lens, heads, d, gen)
+    lens, d = [1500, 700], 128
+    q, k, v, cu, keys = _self_attention_inputs(lens, d, seed=7)
     q = (q.float() + 3).to(torch.bfloat16)
-    keys = torch.cat([torch.arange(n, device="cuda") for n in lens])
     k = (k.float() + 2.5 * (keys // 384)[:, None, None]).to(torch.bfloat16)
     scale = d**-0.5
     if fp8:
-        ref, _ = attention_varlen_reference(q, k, v, cu, cu, scale, causal, compute_dtype=torch.float64)
-        b = quantize_qkv_reference(q, k, v, cu, cu, 64, attention_sm90.KV_BLOCK)
-        out, lse = attention_sm90.attention_fp8_fwd_sm90(
-            b.q8, b.k8, permute_v_keys(b.v8t), cu, cu, max(lens), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-            b.cu_blocks_q, b.cu_blocks_k, 64, torch.bfloat16, **settings)
-        ref8, lse8 = attention_fp8_reference(b, scale, causal)
+        out, lse, ref, ref8, lse8 = _fp8_d128_self_attention(q, k, v, cu, max(lens), scale, causal, settings)
         assert torch.isfinite(out).all()
         assert rmse(out, ref) <= 1.1 * rmse(ref8, ref) + 1e-4
         gap = (lse.double() - lse8.double()).abs()
@@ -1294,24 +1307,15 @@ def test_rows_whose_scores_are_all_negative(fp8, settings, causal):
     # queries of positive entries against keys of one sign per 384 keys: the first sequence's rows see only negative
     # scores over their first 384 keys, then positive ones, then negative ones under a positive running max; the
     # second sequence's keys are all negative, so are its rows' scores and running max throughout
-    lens, heads, d = [1500, 700], 4, 128
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    q, cu = _packed(lens, heads, d, gen)
-    k, _ = _packed(lens, heads, d, gen)
-    v, _ = _packed(lens, heads, d, gen)
+    lens, d = [1500, 700], 128
+    q, k, v, cu, keys = _self_attention_inputs(lens, d, seed=11)
     q = (q.float().abs() * 0.3 + 0.2).to(torch.bfloat16)
-    keys = torch.cat([torch.arange(n, device="cuda") for n in lens])
     first = torch.arange(sum(lens), device="cuda") < lens[0]
     sign = torch.where(first & ((keys // 384) % 2 == 1), 1.0, -1.0)
     k = ((k.float().abs() * 0.3 + 0.2) * sign[:, None, None]).to(torch.bfloat16)
     scale = d**-0.5
     if fp8:
-        ref, _ = attention_varlen_reference(q, k, v, cu, cu, scale, causal, compute_dtype=torch.float64)
-        b = quantize_qkv_reference(q, k, v, cu, cu, 64, attention_sm90.KV_BLOCK)
-        out, lse = attention_sm90.attention_fp8_fwd_sm90(
-            b.q8, b.k8, permute_v_keys(b.v8t), cu, cu, max(lens), scale, causal, b.q_scale, b.k_scale, b.v_scale,
-            b.cu_blocks_q, b.cu_blocks_k, 64, torch.bfloat16, **settings)
-        ref8, lse8 = attention_fp8_reference(b, scale, causal)
+        out, lse, ref, ref8, lse8 = _fp8_d128_self_attention(q, k, v, cu, max(lens), scale, causal, settings)
         assert rmse(out, ref) <= 1.1 * rmse(ref8, ref) + 1e-4
         assert (lse.double() - lse8.double()).abs().max().item() <= 2e-2
     else:
