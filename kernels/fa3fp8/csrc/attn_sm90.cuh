@@ -577,6 +577,11 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   // BITS (MAX_BY_BITS): the row max of an unmasked tile of one block as the integer max of its bit patterns
   constexpr bool BITS_MAX = BITS && !MASKED && SB == 1;
   bool inexact = false;  // BITS_MAX: some row's integer max may not be its max (below)
+  // row i's tile max as floats, over the quad unless LAZY_MAX (MASKED or SB == 1)
+  auto float_max = [&](int i) {
+    const float x = reduce_row<NREGS / 4>(s, 0, i, fmax);
+    return LAZY_MAX ? x : quad_reduce(x, fmax);
+  };
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // unmasked scores are raw: the max is scaled after the reduction (scales are positive), per block
@@ -586,12 +591,12 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
       mx[i] = __int_as_float(bits);
       inexact |= bits < 0 && !(st.m[i] >= 0.f);
     } else if constexpr (MASKED || SB == 1) {
-      mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
+      mx[i] = float_max(i);
     } else {
       mx[i] = fmaxf(reduce_row<BLOCK_GROUPS>(s, 0, i, fmax) * scale[0],
                     reduce_row<BLOCK_GROUPS>(s, BLOCK_GROUPS, i, fmax) * scale[1]);
+      if constexpr (!LAZY_MAX) mx[i] = quad_reduce(mx[i], fmax);
     }
-    if constexpr (!LAZY_MAX && !BITS_MAX) mx[i] = quad_reduce(mx[i], fmax);
     if constexpr (!MASKED && SB == 1) mx[i] *= scale[0];  // max and fl(x·s), s > 0, commute: exact before a shuffle
     passes |= mx[i] > st.m[i] + E::MAX_SLACK;
   }
@@ -600,11 +605,7 @@ __device__ __forceinline__ bool online_softmax(float (&s)[NREGS], RowState& st, 
   // max as floats; m then stays or moves as the vote would have had it, O's rescale by alpha = 1 aside
   if (BITS_MAX && moved && __any_sync(0xffffffff, inexact)) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      mx[i] = reduce_row<NREGS / 4>(s, 0, i, fmax);
-      if constexpr (!LAZY_MAX) mx[i] = quad_reduce(mx[i], fmax);
-      mx[i] *= scale[0];
-    }
+    for (int i = 0; i < 2; ++i) mx[i] = float_max(i) * scale[0];
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
