@@ -489,8 +489,12 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 // +4.7%), d256 +1.1-4.7%, d64 +2.2-4.2%; 16-bit d128 without a mask +1.0-2.1%, d64 +0.4-2.2%, d256 level. Left out
 // where it lost: 16-bit d128 causal (three consumers, one CTA or paired, -4.4% to -4.9% at S16K / 64K; folds level)
 // and FP8 d64's causal kernels of one CTA per work tile (-3.2% at S16K); windows, not timed with it, go without.
+// An experiment's switch (-DFA3FP8_BITS_WINDOW=1, off; session 64): the window kernels' unmasked tiles too
+#ifndef FA3FP8_BITS_WINDOW
+#define FA3FP8_BITS_WINDOW 0
+#endif
 template <class E, int D, bool CAUSAL, bool FOLD, bool WINDOW>
-constexpr bool MAX_BY_BITS = !WINDOW && !(CAUSAL && (E::FP8 ? D == 64 && !FOLD : D == 128));
+constexpr bool MAX_BY_BITS = (!WINDOW || FA3FP8_BITS_WINDOW) && !(CAUSAL && (E::FP8 ? D == 64 && !FOLD : D == 128));
 
 // The signed-integer max of v's first N values: three at a time, level by level (a level's last two take a
 // two-input max, its last one goes up alone)
