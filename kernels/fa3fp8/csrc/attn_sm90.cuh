@@ -488,13 +488,11 @@ __device__ __forceinline__ float reduce_row(const float (&s)[NREGS], int g0, int
 // session 63, kernel_ab (two runs of 5 rounds, bit-identical outputs): FP8 d128 +0.0-2.0% (causal S16K +1.9% /
 // +4.7%), d256 +1.1-4.7%, d64 +2.2-4.2%; 16-bit d128 without a mask +1.0-2.1%, d64 +0.4-2.2%, d256 level. Left out
 // where it lost: 16-bit d128 causal (three consumers, one CTA or paired, -4.4% to -4.9% at S16K / 64K; folds level)
-// and FP8 d64's causal kernels of one CTA per work tile (-3.2% at S16K); windows, not timed with it, go without.
-// An experiment's switch (-DFA3FP8_BITS_WINDOW=1, off; session 64): the window kernels' unmasked tiles too
-#ifndef FA3FP8_BITS_WINDOW
-#define FA3FP8_BITS_WINDOW 0
-#endif
-template <class E, int D, bool CAUSAL, bool FOLD, bool WINDOW>
-constexpr bool MAX_BY_BITS = (!WINDOW || FA3FP8_BITS_WINDOW) && !(CAUSAL && (E::FP8 ? D == 64 && !FOLD : D == 128));
+// and FP8 d64's causal kernels of one CTA per work tile (-3.2% at S16K). Sliding windows (session 64, 7 rounds,
+// windows of 1024 / 4096 keys): FP8 d128 +1.0-1.7%, d256 +1.7-3.0%, BF16 d256 level. Masked tiles keep the float max:
+// by the integer max too they were level (0.983-1.021x, session 64), being 1-3% of a causal row block's tiles.
+template <class E, int D, bool CAUSAL, bool FOLD>
+constexpr bool MAX_BY_BITS = !(CAUSAL && (E::FP8 ? D == 64 && !FOLD : D == 128));
 
 // The signed-integer max of v's first N values: three at a time, level by level (a level's last two take a
 // two-input max, its last one goes up alone)
@@ -1281,7 +1279,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         moved = online_softmax<E, true, CAUSAL, LATE, WINDOW>(s_acc, st, scale, p_offset, l_unit, alpha, tile_sum,
                                                               j * BLOCK_N, row0, t.seqlen_k, t.diag, p.window_left);
       else
-        moved = online_softmax<E, false, CAUSAL, LATE, false, MAX_BY_BITS<E, D, CAUSAL, FOLD, WINDOW>>(
+        moved = online_softmax<E, false, CAUSAL, LATE, false, MAX_BY_BITS<E, D, CAUSAL, FOLD>>(
             s_acc, st, scale, p_offset, l_unit, alpha, tile_sum, j * BLOCK_N, row0, t.seqlen_k, t.diag);
     };
     auto rescale = [&]() {
